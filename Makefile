@@ -1,0 +1,30 @@
+# Two entry points: `make quickstart` and `make test`. Both build .venv first.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU build of torch; set TORCH_SPEC=torch for your platform's default build.
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: setup quickstart test lint clean
+
+$(BIN)/sweeps: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q -c constraints.txt -e ".[test]"
+	touch $@
+
+setup: $(BIN)/sweeps
+
+quickstart: setup
+	$(BIN)/sweeps run examples/direction.yaml
+
+lint: setup
+	$(BIN)/ruff check .
+
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/pytest -q
+
+clean:
+	rm -rf $(VENV) results

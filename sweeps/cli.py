@@ -1,0 +1,146 @@
+"""Command line: ``sweeps run|try|validate``."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from sweeps.errors import SpecError
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return "" if math.isnan(v) else f"{v:.4g}"
+    return "" if v is None else str(v)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from sweeps.spec import load_sweep
+
+    sweep = load_sweep(args.file)
+    knobs = ", ".join(f"{k} ({type(v).__name__.lower()})" for k, v in sweep.space.items())
+    console.print(f"{args.file}: valid. sweep '{sweep.name}', trainer {sweep.spec.trainer}")
+    console.print(f"  knobs: {knobs}")
+    console.print("  objectives: " + ", ".join(f"{o.metric} ({o.mode})"
+                                                for o in sweep.objectives))
+    console.print(f"  results go to {sweep.output_dir}")
+    for note in sweep.notes:
+        console.print(f"  note: {note}")
+    return 0
+
+
+def _parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise SpecError(f"--set {pair}", "not of the form knob=value", "write e.g. lr=1e-3")
+        out[key.strip()] = yaml.safe_load(raw)
+    return out
+
+
+def cmd_try(args: argparse.Namespace) -> int:
+    from sweeps.spec import load_sweep
+    from sweeps.tryout import try_trial
+
+    sweep = load_sweep(args.file)
+    rec = try_trial(sweep, _parse_sets(args.set or []), steps=args.steps,
+                    seed=args.seed, every=args.print_every, console=console)
+    return 0 if rec.verdict is None else 1
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from sweeps.pipeline import run_sweep
+    from sweeps.spec import load_sweep
+
+    sweep = load_sweep(args.file)
+    for note in sweep.notes:
+        err_console.print(f"note: {note}")
+    outcome = run_sweep(sweep, address=args.address, progress=not args.quiet,
+                        tracking_uri=args.tracking_uri)
+    print_outcome(outcome)
+    return 0
+
+
+def print_outcome(outcome) -> None:
+    sweep, trials = outcome.sweep, outcome.trials
+    table = Table(title=f"Trials of sweep '{sweep.name}'")
+    objs = [f"objective_{o.metric}" for o in sweep.objectives]
+    for col in ["trial", "role", "status", "reason @ step", *sweep.space, *[
+            o.metric for o in sweep.objectives]]:
+        table.add_column(col)
+    for _, row in trials.iterrows():
+        why = f"{row['reason']} @ {int(row['stop_step'])}" if row["reason"] else ""
+        table.add_row(row["trial_id"], row["role"], row["status"], why,
+                      *[_fmt(row.get(k)) for k in sweep.space], *[_fmt(row.get(c)) for c in objs])
+    console.print(table)
+    search = trials[trials["role"] == "search"]
+    counts = search["status"].value_counts().to_dict()
+    console.print("search: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    reasons = search[search["reason"] != ""]["reason"].value_counts().to_dict()
+    if reasons:
+        console.print("failure reasons: " + ", ".join(f"{k} {v}" for k, v in reasons.items()))
+    console.print(f"Pareto front: {len(outcome.front)} trial(s); "
+                  f"{len(outcome.stable_paths)} confirmed stable config(s) written:")
+    for path in outcome.stable_paths:
+        console.print(f"  {path}")
+    if not outcome.stable_paths:
+        console.print("  (none: no trial was stable on every confirmation seed)")
+    out = sweep.output_dir
+    console.print(f"trials: {out / 'trials.csv'}  report: {outcome.report}")
+    console.print(f"MLflow: mlflow ui --backend-store-uri sqlite:///{out / 'mlflow.db'}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sweeps", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("run", help="run a sweep: search, confirm, write stable YAMLs")
+    p.add_argument("file", help="sweep file (YAML)")
+    p.add_argument("--address", default=None,
+                   help="Ray cluster address (auto, ray://HOST:10001); default: embedded Ray")
+    p.add_argument("--tracking-uri", default=None,
+                   help="MLflow tracking URI (default: MLFLOW_TRACKING_URI or "
+                        "sqlite in the results folder)")
+    p.add_argument("--quiet", action="store_true", help="no per-trial progress lines")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("try", help="run one trial in-process without Ray, print metrics")
+    p.add_argument("file")
+    p.add_argument("--set", action="append", metavar="KNOB=VALUE",
+                   help="knob value (or dotted config path); repeatable")
+    p.add_argument("--steps", type=int, default=None, help="max steps (default: budget)")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--print-every", type=int, default=25)
+    p.set_defaults(func=cmd_try)
+
+    p = sub.add_parser("validate", help="check a sweep file without running anything")
+    p.add_argument("file")
+    p.set_defaults(func=cmd_validate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except SpecError as exc:
+        print(f"error: {exc.key}: {exc.problem}.\n  fix: {exc.fix}", file=sys.stderr)
+        return SpecError.exit_code
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,19 @@
+"""Errors the user must fix before anything runs."""
+
+from __future__ import annotations
+
+
+class SpecError(Exception):
+    """A problem in the user's input: names the key path and the fix.
+
+    The CLI prints it as one message and exits with code 2, before any file
+    is written or Ray is started.
+    """
+
+    exit_code = 2
+
+    def __init__(self, key: str, problem: str, fix: str) -> None:
+        self.key = key
+        self.problem = problem
+        self.fix = fix
+        super().__init__(f"{key}: {problem}. Fix: {fix}")

@@ -1,0 +1,99 @@
+"""Per-step training metrics measured at the one moment they are true.
+
+The grad norm is read after ``loss.backward()`` and *before* clipping and
+``zero_grad`` (a norm read afterwards is the clipped value, or 0.0), and the
+LR is the one actually in the optimizer, not the one the config asked for.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import torch
+
+
+class Monitor:
+    """Measures what the instability rules need, once per optimizer step.
+
+    Args:
+        model: the module being trained, or an iterable of its parameters.
+        optimizer: the optimizer whose first param group's LR is reported.
+            Optional; without it no ``lr`` is reported.
+        grad_clip: the clip threshold the loop applies, if any. When given,
+            ``clipped`` (1.0 or 0.0) says whether this step's norm exceeded it.
+
+    Example:
+        >>> model = torch.nn.Linear(3, 1)
+        >>> opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        >>> monitor = Monitor(model, opt, grad_clip=1.0)
+        >>> x, y = torch.ones(4, 3), torch.zeros(4, 1)
+        >>> loss = torch.nn.functional.mse_loss(model(x), y)
+        >>> loss.backward()
+        >>> metrics = monitor.measure(loss)      # before clipping and zero_grad
+        >>> sorted(metrics)
+        ['clipped', 'dead_params', 'grad_norm', 'loss', 'lr', 'nonfinite_grads']
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module | Iterable[torch.nn.Parameter],
+        optimizer: torch.optim.Optimizer | None = None,
+        *,
+        grad_clip: float | None = None,
+    ) -> None:
+        params = model.parameters() if isinstance(model, torch.nn.Module) else model
+        self._params = [p for p in params if p.requires_grad]
+        self._optimizer = optimizer
+        self._grad_clip = grad_clip
+
+    def grad_stats(self) -> tuple[float, int, int]:
+        """Total L2 grad norm, non-finite grad element count, dead parameter count."""
+        grads = [p.grad for p in self._params if p.grad is not None]
+        missing = len(self._params) - len(grads)
+        if not grads:
+            return 0.0, 0, missing
+        per_tensor = torch._foreach_norm([g.detach() for g in grads])
+        norms = torch.stack([n.float() for n in per_tensor])
+        total = float(torch.linalg.vector_norm(norms).item())
+        dead = missing + int((norms == 0).sum().item())
+        nonfinite = 0
+        if not math.isfinite(total):
+            nonfinite = int(sum((~torch.isfinite(g)).sum().item() for g in grads))
+        return total, nonfinite, dead
+
+    def lr(self) -> float | None:
+        """The LR in the optimizer's first param group right now."""
+        if self._optimizer is None:
+            return None
+        return float(self._optimizer.param_groups[0]["lr"])
+
+    def measure(
+        self,
+        loss: torch.Tensor | float | None = None,
+        *,
+        pred: torch.Tensor | None = None,
+        target: torch.Tensor | None = None,
+    ) -> dict[str, float]:
+        """Metrics for this step. Call after ``backward()``, before clip and ``zero_grad``.
+
+        ``pred`` and ``target`` add ``pred_std`` and ``target_std`` (the collapse
+        rule compares them).
+        """
+        metrics: dict[str, float] = {}
+        if loss is not None:
+            metrics["loss"] = float(loss.detach().item() if torch.is_tensor(loss) else loss)
+        grad_norm, nonfinite, dead = self.grad_stats()
+        metrics["grad_norm"] = grad_norm
+        metrics["nonfinite_grads"] = float(nonfinite)
+        metrics["dead_params"] = float(dead)
+        lr = self.lr()
+        if lr is not None:
+            metrics["lr"] = lr
+        if self._grad_clip is not None:
+            metrics["clipped"] = 1.0 if grad_norm > self._grad_clip else 0.0
+        if pred is not None:
+            metrics["pred_std"] = float(pred.detach().float().std().item())
+        if target is not None:
+            metrics["target_std"] = float(target.detach().float().std().item())
+        return metrics

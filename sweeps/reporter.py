@@ -1,0 +1,103 @@
+"""The ``report`` callable a trainer receives inside a trial.
+
+It records each metrics dict, runs the instability rules on the history and
+forwards the metrics (with the trial's status) to a sink: Ray Tune in a sweep,
+the terminal in ``sweeps try``. When a rule fires it raises
+:class:`TrialStopped` out of ``report`` so the trainer's loop ends on that very
+step, even in a trainer that only calls ``report``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from sweeps import rules
+from sweeps.rules.settings import RuleSettings
+from sweeps.rules.verdict import Verdict
+
+#: Keys sweeps adds to every forwarded result.
+STATUS = "sweeps/status"
+REASON = "sweeps/reason"
+STOP_STEP = "sweeps/stop_step"
+EVIDENCE = "sweeps/evidence"
+FINAL = "sweeps/final"  # marks a summary result that repeats the last report
+
+
+class TrialStopped(BaseException):  # noqa: N818 - a control-flow signal, like GeneratorExit
+    """Raised out of ``report`` to end a trial a rule judged unstable.
+
+    A ``BaseException`` so that a trainer's ``except Exception`` cannot swallow it.
+    """
+
+    def __init__(self, verdict: Verdict) -> None:
+        super().__init__(verdict.summary())
+        self.verdict = verdict
+
+
+def _number(value: Any) -> Any:
+    """Plain Python scalars for what Ray and CSV files store."""
+    if hasattr(value, "item") and callable(value.item):
+        try:
+            value = value.item()
+        except (TypeError, ValueError, RuntimeError):
+            return str(value)
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, (int, float, str)) or value is None:
+        return value
+    return str(value)
+
+
+class TrialReporter:
+    """Callable ``report(metrics)`` that judges every report with the rules.
+
+    Args:
+        settings: rule thresholds for this trial.
+        sink: receives each result dict (metrics plus the ``sweeps/*`` keys).
+        clock: time source, for the measured ``step_time`` fallback.
+    """
+
+    def __init__(self, settings: RuleSettings, sink: Callable[[dict[str, Any]], None],
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.settings = settings
+        self.history: list[dict[str, Any]] = []
+        self.verdict: Verdict | None = None
+        self._sink = sink
+        self._clock = clock
+        self._last_time = clock()
+        self._last_step = 0
+
+    def __call__(self, metrics: Mapping[str, Any]) -> None:
+        if self.verdict is not None:
+            raise TrialStopped(self.verdict)
+        now = self._clock()
+        entry = {str(k): _number(v) for k, v in metrics.items()}
+        step = entry.get("step")
+        if not isinstance(step, (int, float)) or not math.isfinite(step):
+            step = self._last_step + 1
+        entry["step"] = int(step)
+        if "step_time" not in entry:
+            steps = max(1, entry["step"] - self._last_step)
+            entry["step_time"] = (now - self._last_time) / steps
+        self._last_time, self._last_step = now, entry["step"]
+        self.history.append(entry)
+        verdict = rules.evaluate(self.history, self.settings)
+        result = dict(entry)
+        result[STATUS] = "running"
+        if verdict is not None:
+            self.verdict = verdict
+            result.update(unstable_fields(verdict))
+        self._sink(result)
+        if verdict is not None:
+            raise TrialStopped(verdict)
+
+
+def unstable_fields(verdict: Verdict, status: str = "unstable") -> dict[str, Any]:
+    """The ``sweeps/*`` keys that mark a result as the end of a failed trial."""
+    import json
+
+    return {STATUS: status, REASON: verdict.reason, STOP_STEP: verdict.step,
+            EVIDENCE: json.dumps(verdict.evidence, default=str)}

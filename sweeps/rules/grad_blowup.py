@@ -1,0 +1,145 @@
+"""grad_blowup: the grad norm jumps far above its running median, or past an absolute cap.
+
+Also home of the warning-level ``frequent_clipping`` check (the grad norm is over
+the clip threshold on most steps), since both judge the pre-clipping grad norm.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from statistics import median
+from typing import Any
+
+from sweeps.rules.settings import RuleSettings
+from sweeps.rules.verdict import Verdict
+
+
+def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdict | None:
+    """Fail when the newest ``grad_norm`` is over ``grad_norm_cap``, or over
+    ``blowup_ratio`` x the median of the earlier finite grad norms in the window
+    (at least ``blowup_min_history`` of them). A median of 0 is not judged.
+
+    Example:
+        >>> history = [{"step": s, "grad_norm": 1.0} for s in range(10)]
+        >>> history.append({"step": 10, "grad_norm": 80.0})
+        >>> check(history, RuleSettings()).summary()
+        'grad_blowup at step 10: grad_norm=80, running_median=1, ratio=80, threshold=50, history=10'
+    """
+    if not history:
+        return None
+    norm = _num(history[-1], "grad_norm")
+    if norm is None or not math.isfinite(norm):
+        return None
+    cap = settings.grad_norm_cap
+    if cap is not None and norm > cap:
+        return _verdict(history, {"grad_norm": norm, "cap": cap})
+    n = len(history)
+    earlier = _finite(_tail(history, max(0, n - settings.window), n - 1), "grad_norm")
+    if len(earlier) < settings.blowup_min_history:
+        return None
+    # Cheap exit (no sort): at least half the earlier norms are clearly >= norm / ratio,
+    # so the median is too and the norm is within the ratio.
+    bar = norm / settings.blowup_ratio * (1 + 1e-9)
+    if len([v for v in earlier if v >= bar]) > len(earlier) // 2:
+        return None
+    med = median(earlier)
+    if med <= 0 or norm <= settings.blowup_ratio * med:
+        return None
+    evidence = {
+        "grad_norm": norm,
+        "running_median": med,
+        "ratio": norm / med,
+        "threshold": settings.blowup_ratio,
+        "history": len(earlier),
+    }
+    return _verdict(history, evidence)
+
+
+def check_clipping(
+    history: Sequence[Mapping[str, Any]], settings: RuleSettings
+) -> dict[str, Any] | None:
+    """Warn, on the report where it starts to hold, that more than ``clip_warn_fraction``
+    of the reports carrying ``clipped`` in the window were clipped (at least
+    ``clip_warn_min_reports`` of them): the clip threshold, not the LR, sets the step.
+
+    Example:
+        >>> history = [{"step": s, "clipped": 1.0} for s in range(20)]
+        >>> check_clipping(history, RuleSettings())["warning"]
+        'frequent_clipping'
+    """
+    newest = _num(history[-1], "clipped") if history else None
+    if newest is None or not math.isfinite(newest):
+        return None
+    n = len(history)
+    first = max(0, n - settings.window)
+    flags = _finite(_tail(history, first, n), "clipped")
+    clipped = len([f for f in flags if f > 0])
+    share = _clip_share(clipped, len(flags), settings)
+    # the same window one report earlier: drop the newest, add the report before `first`
+    dropped = _finite(_tail(history, first - 1, first), "clipped") if first else []
+    before = clipped - (newest > 0) + len([f for f in dropped if f > 0])
+    if share is None or _clip_share(before, len(flags) - 1 + len(dropped), settings) is not None:
+        return None
+    step = _step(history[-1], n - 1)
+    evidence = {
+        "clipped_fraction": share,
+        "reports": len(flags),
+        "threshold": settings.clip_warn_fraction,
+    }
+    return {"warning": "frequent_clipping", "step": step, "evidence": evidence}
+
+
+def _clip_share(clipped: int, reports: int, settings: RuleSettings) -> float | None:
+    """The clipped fraction when it is over the threshold (with enough reports), else None."""
+    if reports < settings.clip_warn_min_reports:
+        return None
+    share = clipped / reports
+    return share if share > settings.clip_warn_fraction else None
+
+
+def _verdict(history: Sequence[Mapping[str, Any]], evidence: dict[str, Any]) -> Verdict:
+    return Verdict("grad_blowup", _step(history[-1], len(history) - 1), evidence)
+
+
+def _tail(history: Sequence[Mapping[str, Any]], start: int, stop: int) -> Sequence[Mapping]:
+    """``history[start:stop]`` without walking the whole history (any Sequence)."""
+    try:
+        return history[start:stop]
+    except TypeError:  # a Sequence without slicing, e.g. a deque
+        return [history[i] for i in range(start, stop)]
+
+
+def _finite(reports: Iterable[Mapping[str, Any]], key: str) -> list[float]:
+    """The finite values of ``key`` in ``reports``, in order (a hot loop: kept lean)."""
+    out = []
+    for report in reports:
+        value = report.get(key)
+        if value.__class__ is not float:
+            if value is None:
+                continue
+            try:
+                value = float(value)
+            except (TypeError, ValueError, RuntimeError, OverflowError):
+                continue
+        if value - value == 0.0:  # finite: inf - inf and nan - nan are nan
+            out.append(value)
+    return out
+
+
+def _num(report: Mapping[str, Any], key: str) -> float | None:
+    """``report[key]`` as a float (NaN kept); None when missing or not a number."""
+    value = report.get(key)
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        return None
+
+
+def _step(report: Mapping[str, Any], default: int) -> int:
+    try:
+        return int(report["step"])
+    except (KeyError, TypeError, ValueError, RuntimeError, OverflowError):
+        return default

@@ -1,0 +1,131 @@
+"""lr_anomaly: the LR actually in the optimizer does something no schedule should.
+
+Three kinds, named in the evidence's ``kind``:
+
+* ``invalid_lr``: the LR is negative or non-finite (e.g. a polynomial decay run
+  past its end), at any step.
+* ``zero_lr``: the LR is (near) 0 at a step >= ``warmup_steps``, when it dropped
+  there abruptly or was never positive since the run started. An LR that decayed
+  to 0 (cosine or linear to 0) is fine, and so is 0 at the very first report
+  carrying an LR (a warmup starting at 0, e.g. ``LinearLR(start_factor=0)``).
+* ``warm_restart``: after the LR started to decay (after warmup), it rose above
+  ``lr_restart_factor`` x its lowest value since, e.g. ``CosineAnnealingWarmRestarts``
+  or ``CosineAnnealingLR`` stepped past ``T_max``. Skipped with ``allow_lr_restarts``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sweeps.rules.settings import RuleSettings
+from sweeps.rules.verdict import Verdict
+
+#: An LR below this is zero.
+ZERO_LR = 1e-12
+#: Relative changes smaller than this are float noise, not a decay or a restart.
+NOISE = 1e-6
+
+
+def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdict | None:
+    """Fail on an invalid LR, an abrupt or permanent zero LR after warmup, or an
+    unintended warm restart (see the module docstring).
+
+    Example:
+        >>> lrs = [0.1, 0.05, 0.02, 0.01, 0.1]          # decay, then back up 10x
+        >>> history = [{"step": s, "lr": lr} for s, lr in enumerate(lrs)]
+        >>> check(history, RuleSettings()).evidence["kind"]
+        'warm_restart'
+    """
+    if not history:
+        return None
+    n = len(history)
+    lr = _num(history[-1], "lr")
+    if lr is None:
+        return None
+    now = _step(history[-1], n - 1)
+    if not math.isfinite(lr) or lr < 0:
+        return _verdict(now, {"kind": "invalid_lr", "lr": lr if lr < 0 else str(lr)})
+    if now < settings.warmup_steps:
+        return None
+    first = max(0, n - settings.window)
+    if lr < ZERO_LR:
+        return _zero(history, first, lr, now, settings)
+    if settings.allow_lr_restarts:
+        return None
+    return _restart(history, first, lr, now, settings)
+
+
+def _zero(
+    history: Sequence[Mapping[str, Any]], first: int, lr: float, now: int, settings: RuleSettings
+) -> Verdict | None:
+    earlier = _lrs(history, first, len(history) - 1)
+    if not earlier:
+        return None
+    peak, previous = max(earlier), earlier[-1]
+    evidence: dict[str, Any] = {"kind": "zero_lr", "lr": lr, "previous_lr": previous}
+    evidence.update(peak_lr=peak, warmup_steps=settings.warmup_steps)
+    if previous < ZERO_LR:
+        # Judged when it reached 0 -- unless it never left 0 since the run started.
+        return _verdict(now, evidence) if peak < ZERO_LR and first == 0 else None
+    decaying = len(earlier) >= 2 and previous < earlier[-2] and previous <= 0.5 * peak
+    return None if decaying else _verdict(now, evidence)
+
+
+def _restart(
+    history: Sequence[Mapping[str, Any]], first: int, lr: float, now: int, settings: RuleSettings
+) -> Verdict | None:
+    n = len(history)
+    previous = _lrs(history, max(first, n - 2), n - 1)
+    if previous and lr <= previous[-1]:
+        return None  # no rise on this report: a restart would have been seen on the rise
+    peak, lowest, warmup = -math.inf, None, settings.warmup_steps
+    for i in range(first, n - 1):
+        value = _num(history[i], "lr")
+        if value is None or not math.isfinite(value) or _step(history[i], i) < warmup:
+            continue
+        peak = max(peak, value)
+        if lowest is not None:
+            lowest = min(lowest, value)
+        elif value < peak * (1 - NOISE):
+            lowest = value
+    if lowest is None or lr <= settings.lr_restart_factor * lowest or lr - lowest <= NOISE * peak:
+        return None
+    evidence: dict[str, Any] = {"kind": "warm_restart", "lr": lr, "lowest_since_decay": lowest}
+    evidence.update(peak_lr=peak, factor=settings.lr_restart_factor)
+    if lowest > 0:
+        evidence["ratio"] = lr / lowest
+    return _verdict(now, evidence)
+
+
+def _lrs(history: Sequence[Mapping[str, Any]], start: int, stop: int) -> list[float]:
+    """Finite LRs in ``history[start:stop]``, oldest first."""
+    out = []
+    for i in range(start, stop):
+        value = _num(history[i], "lr")
+        if value is not None and math.isfinite(value):
+            out.append(value)
+    return out
+
+
+def _verdict(step: int, evidence: dict[str, Any]) -> Verdict:
+    return Verdict("lr_anomaly", step, evidence)
+
+
+def _num(report: Mapping[str, Any], key: str) -> float | None:
+    """``report[key]`` as a float (NaN kept); None when missing or not a number."""
+    value = report.get(key)
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        return None
+
+
+def _step(report: Mapping[str, Any], default: int) -> int:
+    try:
+        return int(report["step"])
+    except (KeyError, TypeError, ValueError, RuntimeError, OverflowError):
+        return default

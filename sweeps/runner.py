@@ -1,0 +1,80 @@
+"""Ray Tune runs: the Optuna-guided search, and re-runs of chosen configs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray import tune
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
+
+from sweeps.book import RuleStopper, TrialBook
+from sweeps.progress import ProgressLines
+from sweeps.search import StabilityAwareSearch, study_storage
+from sweeps.spec import Sweep
+from sweeps.trainable import ray_trainable
+
+
+def make_scheduler(sweep: Sweep) -> TrialScheduler:
+    """ASHA on the first objective (quality), judged at its reports; stability is the rules' job.
+
+    ASHA takes one metric while the search may have several objectives: ASHA
+    only stops stable trials whose quality trails their rung, and the rules stop
+    unstable ones at once, so the two never judge the same thing.
+    """
+    budget = sweep.spec.budget
+    if budget.scheduler == "none" or budget.trials < 4:
+        return FIFOScheduler()
+    first = sweep.objectives[0]
+    if first.metric in ("instability", "step_time", "compile_s"):
+        return FIFOScheduler()
+    grace = budget.grace_steps or max(1, budget.max_steps // 4)
+    return ASHAScheduler(time_attr="step", metric=first.metric, mode=first.mode,
+                         max_t=budget.max_steps, grace_period=min(grace, budget.max_steps),
+                         reduction_factor=3, stop_last_trials=False)
+
+
+def _trainable(sweep: Sweep) -> Any:
+    res = sweep.spec.resources
+    return tune.with_resources(tune.with_parameters(ray_trainable, sweep=sweep),
+                               {"cpu": res.cpu, "gpu": res.gpu})
+
+
+def _run_config(sweep: Sweep, name: str, book: TrialBook, total: int,
+                progress: bool) -> tune.RunConfig:
+    callbacks = [ProgressLines(book, total)] if progress else []
+    return tune.RunConfig(
+        name=name, storage_path=str(sweep.output_dir), stop=RuleStopper(book),
+        callbacks=callbacks, verbose=0,
+        failure_config=tune.FailureConfig(max_failures=0),
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=1))
+
+
+def run_search(sweep: Sweep, book: TrialBook, *, progress: bool = True) -> StabilityAwareSearch:
+    """Run the Optuna-guided search; every trial ends up in ``book``."""
+    budget = sweep.spec.budget
+    searcher = StabilityAwareSearch(sweep, book, storage=study_storage(sweep))
+    tuner = tune.Tuner(
+        _trainable(sweep),
+        tune_config=tune.TuneConfig(
+            search_alg=searcher, scheduler=make_scheduler(sweep), num_samples=budget.trials,
+            max_concurrent_trials=budget.concurrent, reuse_actors=True),
+        run_config=_run_config(sweep, "ray", book, budget.trials, progress))
+    tuner.fit()
+    return searcher
+
+
+def run_configs(sweep: Sweep, book: TrialBook, configs: list[dict[str, Any]], name: str,
+                *, progress: bool = True) -> None:
+    """Run fixed trial configs (knob values plus ``_seed``/``_lr_scale``/``_role``)."""
+    if not configs:
+        return
+    tuner = tune.Tuner(
+        _trainable(sweep),
+        param_space={"_run": tune.grid_search(configs)},
+        tune_config=tune.TuneConfig(max_concurrent_trials=sweep.spec.budget.concurrent,
+                                    reuse_actors=True),
+        run_config=_run_config(sweep, name, book, len(configs), progress))
+    results = tuner.fit()
+    for result in results:
+        if result.metrics is not None and "trial_id" in result.metrics:
+            book.finish(result.metrics["trial_id"], result.metrics, result.error is not None)

@@ -1,0 +1,88 @@
+"""Optuna search that learns where the instability cliff is.
+
+Ray's ``OptunaSearch`` tells Optuna whatever the last result held: a trial a
+stopper halted is told COMPLETE with its last (maybe NaN) value, and Optuna
+turns a NaN into FAIL, from which TPE learns nothing. Here every trial is
+told what it was: a finished trial its objective values; an unstable or
+crashed one penalised values (worse than every finished trial) *and* a
+violated constraint, so TPE ranks it below all feasible trials; a trial ASHA
+stopped is told PRUNED. The trial's status, reason and stop step are kept as
+user attributes, so ``optuna.load_study`` shows why each trial failed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import optuna
+from ray.tune.search.optuna import OptunaSearch
+
+from sweeps.book import TrialBook
+from sweeps.space import optuna_space
+from sweeps.spec import Sweep
+
+#: Optuna constraint name: 1.0 (violated) for a trial that ended unstable or crashed.
+CONSTRAINT = "stability"
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def make_sampler(sweep: Sweep) -> optuna.samplers.BaseSampler:
+    """Multivariate TPE with a short random start; TPE reads each trial's constraint."""
+    startup = min(10, max(4, sweep.spec.budget.trials // 4))
+    return optuna.samplers.TPESampler(
+        seed=sweep.spec.seed, multivariate=True, n_startup_trials=startup)
+
+
+def study_storage(sweep: Sweep) -> optuna.storages.BaseStorage:
+    """The Optuna study lives in ``optuna.db`` beside the results (driver writes only)."""
+    return optuna.storages.RDBStorage(f"sqlite:///{sweep.output_dir / 'optuna.db'}")
+
+
+class StabilityAwareSearch(OptunaSearch):
+    """``OptunaSearch`` that tells Optuna each trial's real outcome (see module doc)."""
+
+    def __init__(self, sweep: Sweep, book: TrialBook,
+                 storage: optuna.storages.BaseStorage | None = None) -> None:
+        self.book = book
+        self.objectives = list(sweep.objectives)
+        metrics = [o.metric for o in self.objectives]
+        modes = [o.mode for o in self.objectives]
+        multi = len(metrics) > 1
+        super().__init__(space=optuna_space(sweep.space), metric=metrics if multi else metrics[0],
+                         mode=modes if multi else modes[0], sampler=make_sampler(sweep),
+                         study_name=sweep.name, storage=storage,
+                         points_to_evaluate=[dict(p) for p in sweep.spec.initial_points] or None)
+
+    @property
+    def study(self) -> optuna.Study:
+        return self._ot_study
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        """Intermediate values (single objective only) where the metric was reported."""
+        if isinstance(self.metric, list) or trial_id in self._completed_trials:
+            return
+        value, step = result.get(self.metric), result.get("step")
+        if isinstance(value, (int, float)) and isinstance(step, int) and value == value:
+            self._ot_trials[trial_id].report(float(value), step)
+
+    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None,
+                          error: bool = False) -> None:
+        if trial_id in self._completed_trials or trial_id not in self._ot_trials:
+            return
+        rec = self.book.finish(trial_id, result, error)
+        ot_trial = self._ot_trials[trial_id]
+        ot_trial.set_user_attr("ray_trial_id", trial_id)
+        ot_trial.set_user_attr("status", rec.status)
+        ot_trial.set_constraint(CONSTRAINT, 1.0 if rec.failed else 0.0)
+        if rec.reason:
+            ot_trial.set_user_attr("reason", rec.reason)
+            ot_trial.set_user_attr("stop_step", rec.stop_step)
+            ot_trial.set_user_attr("evidence", json.dumps(rec.evidence, default=str)[:2000])
+        if rec.status == "pruned":
+            self._ot_study.tell(ot_trial, state=optuna.trial.TrialState.PRUNED)
+        else:
+            values = self.book.penalised_values(rec, self.objectives)
+            self._ot_study.tell(ot_trial, values if len(values) > 1 else values[0])
+        self._completed_trials.add(trial_id)

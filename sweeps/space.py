@@ -1,0 +1,123 @@
+"""Search-space knobs: their distributions and how Optuna samples them."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import optuna
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Scalar = bool | int | float | str
+
+
+class _Knob(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def is_fixed(self) -> bool:
+        return False
+
+
+class LogUniform(_Knob):
+    """A float sampled evenly in log space: ``{type: loguniform, low: 1e-5, high: 1e-1}``."""
+
+    type: Literal["loguniform"]
+    low: float = Field(gt=0, description="lower bound, > 0")
+    high: float = Field(gt=0, description="upper bound, > 0")
+
+    @model_validator(mode="after")
+    def _order(self) -> LogUniform:
+        if self.low > self.high:
+            raise ValueError("low must not exceed high")
+        return self
+
+    def distribution(self) -> optuna.distributions.BaseDistribution:
+        return optuna.distributions.FloatDistribution(self.low, self.high, log=True)
+
+
+class Uniform(_Knob):
+    """A float sampled evenly: ``{type: uniform, low: 0.0, high: 0.3}``."""
+
+    type: Literal["uniform"]
+    low: float
+    high: float
+
+    @model_validator(mode="after")
+    def _order(self) -> Uniform:
+        if self.low > self.high:
+            raise ValueError("low must not exceed high")
+        return self
+
+    def distribution(self) -> optuna.distributions.BaseDistribution:
+        return optuna.distributions.FloatDistribution(self.low, self.high)
+
+
+class IntRange(_Knob):
+    """An integer: ``{type: int, low: 0, high: 100, step: 10}`` (``log: true`` for log scale)."""
+
+    type: Literal["int"]
+    low: int
+    high: int
+    step: int = Field(default=1, ge=1)
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> IntRange:
+        if self.low > self.high:
+            raise ValueError("low must not exceed high")
+        if self.log and self.low < 1:
+            raise ValueError("a log-scale int range needs low >= 1")
+        if self.log and self.step != 1:
+            raise ValueError("a log-scale int range takes no step")
+        return self
+
+    def distribution(self) -> optuna.distributions.BaseDistribution:
+        return optuna.distributions.IntDistribution(self.low, self.high, step=self.step,
+                                                    log=self.log)
+
+
+class Categorical(_Knob):
+    """One of a list: ``{type: categorical, choices: [none, default]}``."""
+
+    type: Literal["categorical"]
+    choices: list[Scalar | None] = Field(min_length=1)
+
+    def distribution(self) -> optuna.distributions.BaseDistribution:
+        return optuna.distributions.CategoricalDistribution(self.choices)
+
+    def is_fixed(self) -> bool:
+        return len(self.choices) == 1
+
+
+class Fixed(_Knob):
+    """A knob held at one value: ``{type: fixed, value: 0.1}`` or just ``0.1``."""
+
+    type: Literal["fixed"]
+    value: Any
+
+    def is_fixed(self) -> bool:
+        return True
+
+
+Knob = Annotated[LogUniform | Uniform | IntRange | Categorical | Fixed,
+                 Field(discriminator="type")]
+
+KNOB_TYPES = ("loguniform", "uniform", "int", "categorical", "fixed")
+
+
+def fixed_value(knob: _Knob) -> Any:
+    """The value of a knob that cannot vary."""
+    if isinstance(knob, Fixed):
+        return knob.value
+    if isinstance(knob, Categorical) and len(knob.choices) == 1:
+        return knob.choices[0]
+    raise ValueError("knob is not fixed")
+
+
+def optuna_space(space: dict[str, _Knob]) -> dict[str, optuna.distributions.BaseDistribution]:
+    """Optuna distributions for the knobs that vary (fixed ones are left out)."""
+    return {name: k.distribution() for name, k in space.items() if not k.is_fixed()}
+
+
+def fixed_values(space: dict[str, _Knob]) -> dict[str, Any]:
+    """The values of the knobs that do not vary."""
+    return {name: fixed_value(k) for name, k in space.items() if k.is_fixed()}

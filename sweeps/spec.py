@@ -1,0 +1,405 @@
+"""The sweep file: loaded, validated and resolved before anything runs.
+
+Every problem becomes a :class:`~sweeps.errors.SpecError` naming the key path
+and the fix, so the CLI can exit 2 with nothing written and no Ray started.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from sweeps.compile import COMPILE_MODES
+from sweeps.config_paths import collision, split_path, with_values
+from sweeps.errors import SpecError
+from sweeps.rules.settings import RuleSettings
+from sweeps.space import (
+    KNOB_TYPES,
+    Categorical,
+    Fixed,
+    IntRange,
+    Knob,
+    LogUniform,
+    Uniform,
+    _Knob,
+)
+from sweeps.trainer_loader import load_trainer, search_paths
+
+RESERVED_KEY = "sweep"
+DERIVED_METRICS = ("instability", "step_time", "compile_s")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_KNOB = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Objective(_Strict):
+    """One objective: a reported metric (its last value) or a derived one."""
+
+    metric: str = Field(min_length=1)
+    mode: Literal["min", "max"] = "min"
+
+
+class Budget(_Strict):
+    """How much the sweep may spend."""
+
+    trials: int = Field(default=32, ge=1, description="trials the search runs")
+    max_steps: int = Field(default=400, ge=1, description="optimizer steps per trial")
+    concurrent: int = Field(default=2, ge=1, description="trials running at once")
+    scheduler: Literal["asha", "none"] = Field(
+        default="asha", description="early stopping of poor but stable trials")
+    grace_steps: int | None = Field(
+        default=None, ge=1, description="steps before ASHA may stop a trial (max_steps/4)")
+
+
+class Confirm(_Strict):
+    """Re-runs of the Pareto front before a config is written to stable/."""
+
+    seeds: int = Field(default=2, ge=0, description="extra seeds per front member")
+    lr_probe: float = Field(default=2.0, ge=0, description="LR multiplier probe; 0 = off")
+
+
+class Resources(_Strict):
+    """Resources per trial."""
+
+    cpu: float = Field(default=1.0, gt=0)
+    gpu: float = Field(default=0.0, ge=0)
+
+
+class SweepFile(_Strict):
+    """The sweep file as written by the user."""
+
+    name: str = Field(min_length=1, max_length=100)
+    trainer: str = Field(min_length=1)
+    base_config: str | dict[str, Any] | None = None
+    search_space: str | dict[str, Any] = "search_spaces/default.yaml"
+    write_back: dict[str, str]
+    objectives: list[Objective] = Field(
+        default_factory=lambda: [Objective(metric="val_loss"), Objective(metric="instability")],
+        min_length=1)
+    rules: RuleSettings = Field(default_factory=RuleSettings)
+    budget: Budget = Field(default_factory=Budget)
+    confirm: Confirm = Field(default_factory=Confirm)
+    resources: Resources = Field(default_factory=Resources)
+    initial_points: list[dict[str, Any]] = Field(
+        default_factory=list, description="knob values the search tries first")
+    output: str = "results"
+    seed: int = 0
+
+
+@dataclass
+class Sweep:
+    """A validated sweep, with its files read and paths resolved."""
+
+    spec: SweepFile
+    base_dir: Path
+    base_config: dict[str, Any]
+    space: dict[str, _Knob]
+    trainer_paths: list[str]
+    output_dir: Path
+    objectives: list[Objective]
+    source: Path | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def values_by_path(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """Knob values keyed by their write-back paths."""
+        return {self.spec.write_back[k]: v for k, v in values.items()}
+
+    def trial_config(self, values: Mapping[str, Any], *, trial_id: str, seed: int,
+                     max_steps: int | None = None) -> dict[str, Any]:
+        """The config a trainer receives: base config, knob values merged, ``sweep`` key."""
+        config = with_values(self.base_config, self.values_by_path(values))
+        config[RESERVED_KEY] = {"trial_id": trial_id, "seed": seed,
+                                "max_steps": max_steps or self.spec.budget.max_steps}
+        return config
+
+
+def read_yaml(path: Path, key: str) -> Any:
+    """``yaml.safe_load`` of a file; a missing or malformed file is a SpecError."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError(key, f"cannot read {path} ({exc.strerror or exc})",
+                        "check the path; relative paths start at the sweep file's folder") from exc
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecError(key, f"{path} is not valid YAML{where}: {problem}",
+                        "fix the YAML syntax (indentation, colons, quotes)") from exc
+
+
+def load_sweep(path: str | Path, *, import_trainer: bool = True) -> Sweep:
+    """Read and validate a sweep file."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError("FILE", f"no sweep file at {path}", "give the path of a sweep YAML file")
+    data = read_yaml(path, "FILE")
+    sweep = load_sweep_dict(data, base_dir=path.parent, import_trainer=import_trainer)
+    sweep.source = path.resolve()
+    return sweep
+
+
+def load_sweep_dict(data: Any, *, base_dir: Path, import_trainer: bool = True) -> Sweep:
+    """Validate an already-parsed sweep mapping. Raises only :class:`SpecError`."""
+    if not isinstance(data, Mapping):
+        raise SpecError("(top level)", f"the sweep file holds a {type(data).__name__}, "
+                        "not a mapping", "write keys such as name:, trainer:, write_back:")
+    spec = _validate(SweepFile, data, "")
+    if not _NAME.match(spec.name):
+        raise SpecError("name", f"{spec.name!r} is not usable as a folder name",
+                        "use letters, digits, '-', '_' or '.'")
+    base_dir = base_dir.resolve()
+    base_config = _base_config(spec.base_config, base_dir)
+    space = _space(spec.search_space, base_dir)
+    _check_write_back(spec.write_back, space, base_config)
+    _check_initial_points(spec.initial_points, space)
+    objectives = list(spec.objectives)
+    notes: list[str] = []
+    compile_knob = space.get("compile")
+    if compile_knob is not None and not compile_knob.is_fixed() and not any(
+            o.metric == "step_time" for o in objectives):
+        objectives.append(Objective(metric="step_time", mode="min"))
+        notes.append("compile mode is searched: step_time (steady state) added as an objective")
+    seen: set[str] = set()
+    for i, obj in enumerate(objectives):
+        if obj.metric in seen:
+            raise SpecError(f"objectives.{i}.metric", f"{obj.metric!r} is listed twice",
+                            "list each objective metric once")
+        seen.add(obj.metric)
+    paths = search_paths(base_dir)
+    if import_trainer:
+        load_trainer(spec.trainer, paths)
+    output_dir = (Path.cwd() / spec.output / spec.name).resolve()
+    return Sweep(spec=spec, base_dir=base_dir, base_config=base_config, space=space,
+                 trainer_paths=paths, output_dir=output_dir, objectives=objectives,
+                 notes=notes)
+
+
+def _resolve(rel: str, base_dir: Path) -> Path:
+    p = Path(rel).expanduser()
+    if p.is_absolute():
+        return p
+    beside = base_dir / p
+    return beside if beside.exists() or not (Path.cwd() / p).exists() else Path.cwd() / p
+
+
+def _base_config(value: str | dict[str, Any] | None, base_dir: Path) -> dict[str, Any]:
+    if value is None:
+        return {}
+    data = read_yaml(_resolve(value, base_dir), "base_config") if isinstance(value, str) \
+        else value
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise SpecError("base_config", f"the base config holds a {type(data).__name__}, "
+                        "not a mapping", "point it at a YAML file of key: value sections")
+    for key in data:
+        if not isinstance(key, str):
+            raise SpecError(f"base_config.{key}", "keys must be strings",
+                            "quote the key in the YAML")
+    if RESERVED_KEY in data:
+        raise SpecError(f"base_config.{RESERVED_KEY}", f"'{RESERVED_KEY}' is reserved: the "
+                        "trainer receives trial_id, seed and max_steps there",
+                        f"rename the '{RESERVED_KEY}' section of the base config")
+    return dict(data)
+
+
+def _space(value: str | dict[str, Any], base_dir: Path) -> dict[str, _Knob]:
+    if isinstance(value, str):
+        raw = read_yaml(_resolve(value, base_dir), "search_space")
+        key_root = "search_space"
+        if not isinstance(raw, Mapping):
+            raise SpecError("search_space", f"{value} holds a {type(raw).__name__}, "
+                            "not a mapping", "write one 'knob: {type: ..., ...}' per line")
+        return _knobs(dict(raw), key_root)
+    raw = dict(value)
+    merged: dict[str, Any] = {}
+    if "extends" in raw:
+        ext = raw.pop("extends")
+        if not isinstance(ext, str):
+            raise SpecError("search_space.extends", "must be a path to a search space file",
+                            "write e.g. 'extends: search_spaces/default.yaml'")
+        base = read_yaml(_resolve(ext, base_dir), "search_space.extends")
+        if not isinstance(base, Mapping):
+            raise SpecError("search_space.extends", f"{ext} holds a {type(base).__name__}, "
+                            "not a mapping", "point it at a search space file")
+        merged.update(base)
+    merged.update(raw)
+    return _knobs({k: v for k, v in merged.items() if v is not None}, "search_space")
+
+
+_KNOB_ADAPTER: TypeAdapter[Any] = TypeAdapter(Knob)
+_KNOB_CLASSES = {"loguniform": LogUniform, "uniform": Uniform, "int": IntRange,
+                 "categorical": Categorical, "fixed": Fixed}
+
+
+def _knobs(raw: dict[Any, Any], root: str) -> dict[str, _Knob]:
+    if not raw:
+        raise SpecError(root, "the search space is empty", "add at least one knob, e.g. "
+                        "'lr: {type: loguniform, low: 1.0e-5, high: 1.0e-1}'")
+    space: dict[str, _Knob] = {}
+    for name, entry in raw.items():
+        key = f"{root}.{name}"
+        if not isinstance(name, str) or not _KNOB.match(name):
+            raise SpecError(key, "knob names must be identifiers",
+                            "use letters, digits and '_' (e.g. batch_size)")
+        if isinstance(entry, list):
+            raise SpecError(key, "a bare list is ambiguous",
+                            f"write '{{type: categorical, choices: {entry}}}'")
+        if not isinstance(entry, Mapping):
+            entry = {"type": "fixed", "value": entry}
+        elif "type" not in entry:
+            raise SpecError(f"{key}.type", "missing",
+                            f"add 'type:' (one of {', '.join(KNOB_TYPES)})")
+        knob = _validate(_KNOB_ADAPTER, entry, key)
+        if name == "compile":
+            _check_compile(knob, key)
+        space[name] = knob
+    return space
+
+
+def _check_initial_points(points: list[dict[str, Any]], space: dict[str, _Knob]) -> None:
+    for i, point in enumerate(points):
+        for name, value in point.items():
+            key = f"initial_points.{i}.{name}"
+            knob = space.get(name)
+            if knob is None:
+                raise SpecError(key, "names no knob of the search space",
+                                f"use one of {', '.join(space)}")
+            if knob.is_fixed():
+                raise SpecError(key, "this knob is fixed", "leave it out of initial_points")
+            dist = knob.distribution()
+            if not _representable(knob, value) or not dist._contains(
+                    dist.to_internal_repr(value)):
+                raise SpecError(key, f"{value!r} is outside the knob's range",
+                                "give a value the search space allows")
+
+
+def _representable(knob: _Knob, value: Any) -> bool:
+    if isinstance(knob, Categorical):
+        return value in knob.choices
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_compile(knob: _Knob, key: str) -> None:
+    values = knob.choices if isinstance(knob, Categorical) else \
+        [knob.value] if isinstance(knob, Fixed) else None
+    if values is None:
+        raise SpecError(key, "compile mode must be categorical or fixed",
+                        f"write '{{type: categorical, choices: {list(COMPILE_MODES)}}}'")
+    for v in values:
+        if v not in COMPILE_MODES:
+            raise SpecError(key, f"unknown compile mode {v!r}",
+                            f"use one of {', '.join(COMPILE_MODES)}")
+
+
+def _check_write_back(write_back: dict[str, str], space: dict[str, _Knob],
+                      base_config: dict[str, Any]) -> None:
+    for knob in write_back:
+        if knob not in space:
+            near = difflib.get_close_matches(knob, list(space), n=1)
+            hint = f"did you mean '{near[0]}'?" if near else \
+                f"knobs in the search space: {', '.join(space)}"
+            raise SpecError(f"write_back.{knob}", "names no knob of the search space",
+                            f"{hint} Remove the entry or add the knob to the search space")
+    for knob in space:
+        if knob not in write_back:
+            raise SpecError(f"write_back.{knob}", "missing: every knob needs a path in the "
+                            "base config", f"add '{knob}: section.{knob}' under write_back")
+    targets: dict[str, str] = {}
+    for knob, path in write_back.items():
+        key = f"write_back.{knob}"
+        try:
+            split_path(path)
+        except ValueError:
+            raise SpecError(key, f"{path!r} is not a dotted key path",
+                            "write e.g. 'training.lr'") from None
+        if path.split(".")[0] == RESERVED_KEY:
+            raise SpecError(key, f"'{RESERVED_KEY}' is reserved for the runner",
+                            "write the value somewhere else in the config")
+        hit = collision(base_config, path)
+        if hit is not None:
+            raise SpecError(key, f"'{hit}' in the base config is a "
+                            f"{type(_get(base_config, hit)).__name__}, so '{path}' cannot "
+                            "be set inside it", f"choose a path that does not pass through "
+                            f"'{hit}', or make '{hit}' a mapping")
+        for other_knob, other in targets.items():
+            if path == other or path.startswith(other + ".") or other.startswith(path + "."):
+                raise SpecError(key, f"'{path}' overlaps '{other}' (knob {other_knob})",
+                                "give each knob its own leaf path")
+        targets[knob] = path
+
+
+def _get(config: Mapping[str, Any], path: str) -> Any:
+    node: Any = config
+    for k in path.split("."):
+        node = node[k]
+    return node
+
+
+def _validate(model: Any, data: Any, root: str) -> Any:
+    """Validate with pydantic; turn the first error into a SpecError with the key path."""
+    try:
+        if isinstance(model, TypeAdapter):
+            return model.validate_python(data)
+        return model.model_validate(data)
+    except ValidationError as exc:
+        if isinstance(model, TypeAdapter):
+            kind = data.get("type") if isinstance(data, Mapping) else None
+            model = _KNOB_CLASSES.get(kind) if isinstance(kind, str) else None
+        raise _spec_error(exc, root, model) from None
+
+
+def _spec_error(exc: ValidationError, root: str, model: Any) -> SpecError:
+    err = exc.errors(include_url=False)[0]
+    loc = [str(p) for p in err["loc"] if not (isinstance(p, str) and p in KNOB_TYPES)]
+    key = ".".join([root, *loc] if root else loc) or root or "(top level)"
+    etype, msg = err["type"], err["msg"]
+    if etype == "extra_forbidden":
+        known = _known_fields(model, loc[:-1])
+        near = difflib.get_close_matches(loc[-1], known, n=1)
+        fix = f"did you mean '{near[0]}'?" if near else "remove it."
+        if known:
+            fix += f" Known keys here: {', '.join(known)}"
+        return SpecError(key, "unknown key", fix)
+    if etype == "missing":
+        return SpecError(key, "missing", "add it (see the README's sweep file reference)")
+    if etype in ("union_tag_invalid", "union_tag_not_found"):
+        return SpecError(key if key.endswith(".type") else f"{key}.type",
+                         "unknown knob type", f"use one of {', '.join(KNOB_TYPES)}")
+    if etype == "value_error":
+        return SpecError(key, msg.removeprefix("Value error, "), "correct the value")
+    return SpecError(key, msg[0].lower() + msg[1:], "correct the value")
+
+
+def _known_fields(model: Any, loc: list[str]) -> list[str]:
+    """Field names of the pydantic model found by walking ``loc`` down from ``model``."""
+    for part in loc:
+        if part.isdigit():
+            continue
+        fields = getattr(model, "model_fields", {})
+        if part not in fields:
+            return []
+        ann = fields[part].annotation
+        args = [a for a in getattr(ann, "__args__", ()) if isinstance(a, type)]
+        candidates = [ann, *args] if isinstance(ann, type) else args
+        model = next((c for c in candidates if issubclass(c, BaseModel)), None)
+        if model is None:
+            return []
+    return list(getattr(model, "model_fields", {}))

@@ -1,0 +1,103 @@
+"""The Ray Tune function trainable that runs one trial of a user's trainer."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from sweeps.failures import classify, format_exception
+from sweeps.reporter import FINAL, STATUS, TrialReporter, TrialStopped, unstable_fields
+from sweeps.rules.settings import RuleSettings
+from sweeps.rules.verdict import Verdict
+from sweeps.space import fixed_values
+from sweeps.spec import Sweep
+from sweeps.trainer_loader import load_trainer
+
+#: Config keys the runner adds beside the knobs (confirmation runs set them).
+SEED_KEY = "_seed"
+LR_SCALE_KEY = "_lr_scale"
+ROLE_KEY = "_role"
+
+
+def flat_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A trial's config with a re-run's ``_run`` entry (see ``runner.run_configs``) lifted up."""
+    run = config.get("_run")
+    if isinstance(run, dict):
+        return {**{k: v for k, v in config.items() if k != "_run"}, **run}
+    return dict(config)
+
+
+def trial_values(sweep: Sweep, config: dict[str, Any]) -> dict[str, Any]:
+    """Knob values of one trial: the sampled ones plus the fixed ones."""
+    values = fixed_values(sweep.space)
+    values.update({k: v for k, v in config.items() if k in sweep.space})
+    scale = config.get(LR_SCALE_KEY)
+    if scale and "lr" in values:
+        values["lr"] = float(values["lr"]) * float(scale)
+    return values
+
+
+def trial_settings(sweep: Sweep, values: dict[str, Any]) -> RuleSettings:
+    """Rule settings for one trial: the warmup knob tells lr_anomaly when warmup ends."""
+    if "warmup" in values and values["warmup"] is not None:
+        return sweep.spec.rules.model_copy(update={"warmup_steps": int(values["warmup"])})
+    return sweep.spec.rules
+
+
+def prepare_process(sweep: Sweep, threads: int) -> None:
+    """Per-process setup: torch threads and the shared compile cache."""
+    import torch
+
+    torch.set_num_threads(max(1, threads))
+    cache = sweep.output_dir / "inductor_cache"
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache))
+
+
+def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink,
+                trial_dir: Path | None = None) -> TrialReporter:
+    """Run the user's trainer once with a judging ``report``; never raises for trainer errors.
+
+    The last result handed to ``sink`` always carries the trial's outcome
+    (``sweeps/status`` and, for failures, reason, stop step and evidence).
+    """
+    values = trial_values(sweep, config)
+    seed = int(config.get(SEED_KEY, sweep.spec.seed))
+    trainer = load_trainer(sweep.spec.trainer, sweep.trainer_paths)
+    reporter = TrialReporter(trial_settings(sweep, values), sink)
+    trial_config = sweep.trial_config(values, trial_id=trial_id, seed=seed)
+    try:
+        trainer(trial_config, reporter)
+    except TrialStopped:
+        return reporter
+    except Exception as exc:  # noqa: BLE001 - every trainer error becomes a trial outcome
+        reason = classify(exc)
+        text = format_exception(exc)
+        step = reporter.history[-1]["step"] if reporter.history else 0
+        last = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ""
+        verdict = Verdict(reason, step, {"error": f"{type(exc).__name__}: {last}"})
+        reporter.verdict = verdict
+        if trial_dir is not None:
+            trial_dir.mkdir(parents=True, exist_ok=True)
+            (trial_dir / "error.txt").write_text(text)
+        sink({**(reporter.history[-1] if reporter.history else {"step": 0}), FINAL: 1,
+              **unstable_fields(verdict, status="crash"), "sweeps/traceback": text[-4000:]})
+        return reporter
+    if not reporter.history:
+        verdict = Verdict("crash", 0, {"error": "the trainer returned without calling report"})
+        reporter.verdict = verdict
+        sink({"step": 0, FINAL: 1, **unstable_fields(verdict, status="crash")})
+    else:
+        sink({**reporter.history[-1], STATUS: "ok", FINAL: 1})
+    return reporter
+
+
+def ray_trainable(config: dict[str, Any], sweep: Sweep) -> None:
+    """Ray Tune function trainable (bound to the sweep with ``tune.with_parameters``)."""
+    from ray import tune
+
+    prepare_process(sweep, int(sweep.spec.resources.cpu))
+    config = flat_config(config)
+    ctx = tune.get_context()
+    trial_dir = Path(ctx.get_trial_dir()) if ctx.get_trial_dir() else None
+    run_trainer(sweep, config, ctx.get_trial_id(), tune.report, trial_dir)

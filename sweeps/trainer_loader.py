@@ -1,0 +1,61 @@
+"""Finding the user's trainer from ``module:function``, as a user expects."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from sweeps.errors import SpecError
+
+Trainer = Callable[[dict, Callable[[dict], None]], None]
+
+
+def search_paths(sweep_dir: Path, cwd: Path | None = None) -> list[str]:
+    """Folders a trainer module is imported from: the sweep file's folder, then cwd."""
+    paths = [str(sweep_dir.resolve()), str((cwd or Path.cwd()).resolve())]
+    return list(dict.fromkeys(paths))
+
+
+def add_search_paths(paths: Sequence[str]) -> None:
+    """Put ``paths`` at the front of ``sys.path`` (once each)."""
+    for p in reversed(paths):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+
+
+def load_trainer(target: str, paths: Sequence[str] = (), key: str = "trainer") -> Trainer:
+    """Import ``module:function`` and check it can be called as ``train(config, report)``."""
+    module_name, sep, func_name = target.partition(":")
+    if not sep or not module_name or not func_name:
+        raise SpecError(key, f"{target!r} is not of the form module:function",
+                        "write e.g. 'trainers.direction:train' or 'my_train:train'")
+    add_search_paths(paths)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - any import failure is the user's to fix
+        last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        where = ", ".join(paths) if paths else "sys.path"
+        raise SpecError(key, f"module {module_name!r} does not import ({last})",
+                        f"check the module name and that it imports from {where}") from exc
+    func: Any = module
+    for part in func_name.split("."):
+        func = getattr(func, part, None)
+        if func is None:
+            raise SpecError(key, f"{module_name!r} has no attribute {func_name!r}",
+                            f"define 'def {func_name}(config, report)' in {module_name}")
+    if not callable(func):
+        raise SpecError(key, f"{target!r} is a {type(func).__name__}, not a function",
+                        "point it at a function train(config, report)")
+    try:
+        inspect.signature(func).bind({}, lambda m: None)
+    except TypeError as exc:
+        raise SpecError(key, f"{target!r} cannot be called as train(config, report)",
+                        "give it the signature train(config: dict, report) -> None") from exc
+    except ValueError:
+        pass  # builtins without a signature: trust them
+    return func

@@ -1,0 +1,92 @@
+"""``sweeps try``: one trial in this process, no Ray, metrics printed as they come."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rich.console import Console
+
+from sweeps.config_paths import get_path
+from sweeps.errors import SpecError
+from sweeps.reporter import TrialReporter
+from sweeps.space import Categorical, Fixed, IntRange, LogUniform, Uniform, _Knob
+from sweeps.spec import Sweep
+from sweeps.trainable import SEED_KEY, prepare_process, run_trainer
+
+
+def central_value(knob: _Knob) -> Any:
+    """A middle value of a knob's range (geometric middle on a log scale)."""
+    if isinstance(knob, Fixed):
+        return knob.value
+    if isinstance(knob, Categorical):
+        return knob.choices[0]
+    if isinstance(knob, LogUniform):
+        return math.sqrt(knob.low * knob.high)
+    if isinstance(knob, Uniform):
+        return (knob.low + knob.high) / 2
+    if isinstance(knob, IntRange):
+        mid = (knob.low + knob.high) // 2
+        return knob.low + (mid - knob.low) // knob.step * knob.step
+    raise TypeError(type(knob))
+
+
+def try_values(sweep: Sweep, sets: dict[str, Any]) -> dict[str, Any]:
+    """Knob values for a try: ``--set`` ones, else the base config's, else the range middle."""
+    values: dict[str, Any] = {}
+    for name, knob in sweep.space.items():
+        current = get_path(sweep.base_config, sweep.spec.write_back[name], None)
+        values[name] = knob.value if isinstance(knob, Fixed) else \
+            current if current is not None else central_value(knob)
+    for key, value in sets.items():
+        if key in sweep.space:
+            values[key] = value
+        elif key not in sweep.spec.write_back.values() and "." not in key:
+            raise SpecError(f"--set {key}", "is neither a knob nor a dotted config path",
+                            f"use one of {', '.join(sweep.space)} or e.g. training.batch_size")
+    return values
+
+
+def try_trial(sweep: Sweep, sets: dict[str, Any], *, steps: int | None = None,
+              seed: int | None = None, every: int = 25,
+              console: Console | None = None) -> TrialReporter:
+    """Run one trial in-process and print its metrics and any verdict."""
+    console = console or Console()
+    values = try_values(sweep, sets)
+    extra = {k: v for k, v in sets.items() if k not in sweep.space}
+    if steps is not None:
+        sweep = _with_budget(sweep, steps)
+    if extra:
+        sweep = _with_base(sweep, extra)
+    console.print("try: " + ", ".join(f"{k}={v}" for k, v in {**values, **extra}.items()))
+    prepare_process(sweep, int(sweep.spec.resources.cpu))
+
+    def sink(result: dict[str, Any]) -> None:
+        step = result.get("step", 0)
+        if step % max(1, every) == 0 or "val_loss" in result or "sweeps/reason" in result:
+            shown = {k: v for k, v in result.items() if not k.startswith("sweeps/")}
+            console.print("  " + "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else
+                                           f"{k}={v}" for k, v in shown.items()))
+
+    config = {**values, SEED_KEY: seed if seed is not None else sweep.spec.seed}
+    reporter = run_trainer(sweep, config, "try", sink)
+    if reporter.verdict is None:
+        console.print(f"no rule fired over {len(reporter.history)} reports: stable")
+    else:
+        console.print(f"[bold red]stopped[/]: {reporter.verdict.summary()}")
+    return reporter
+
+
+def _with_budget(sweep: Sweep, steps: int) -> Sweep:
+    from dataclasses import replace
+
+    budget = sweep.spec.budget.model_copy(update={"max_steps": steps})
+    return replace(sweep, spec=sweep.spec.model_copy(update={"budget": budget}))
+
+
+def _with_base(sweep: Sweep, paths: dict[str, Any]) -> Sweep:
+    from dataclasses import replace
+
+    from sweeps.config_paths import with_values
+
+    return replace(sweep, base_config=with_values(sweep.base_config, paths))

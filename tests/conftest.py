@@ -1,0 +1,25 @@
+"""Shared test helpers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+SWEEPFILES = Path(__file__).parent / "sweepfiles"
+
+
+@pytest.fixture
+def linreg_dir(tmp_path: Path) -> Path:
+    """A copy of the linreg sweep, trainer and config in a fresh folder."""
+    for f in SWEEPFILES.iterdir():
+        if f.is_file():
+            (tmp_path / f.name).write_text(f.read_text())
+    return tmp_path
+
+
+def write_sweep(folder: Path, data: dict, name: str = "sweep.yaml") -> Path:
+    path = folder / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path

@@ -1,0 +1,46 @@
+"""A tiny trainer whose unstable regions are known exactly (used by the tests).
+
+Linear regression by plain SGD on standardised features: the loss Hessian's
+largest eigenvalue is about 2, so an LR above ~1 diverges (finite at first,
+then overflowing to inf/NaN), an LR below ~1e-3 leaves the loss at the target
+variance (the random-prediction baseline, 1.0 here) for the whole budget.
+"""
+
+import torch
+
+from sweeps import Monitor
+
+
+def train(config, report):
+    t = config["train"]
+    run = config.get("sweep", {})
+    torch.manual_seed(int(run.get("seed", 0)))
+    steps = int(run.get("max_steps", t["steps"]))
+    if t.get("fail") == "raise":
+        raise RuntimeError("planted failure before any report")
+    gen = torch.Generator().manual_seed(123)
+    x = torch.randn(512, 8, generator=gen)
+    w_true = torch.randn(8, 1, generator=gen)
+    w_true = w_true / w_true.norm()
+    y = x @ w_true + 0.05 * torch.randn(512, 1, generator=gen)
+    y = y / y.std()
+    model = torch.nn.Linear(8, 1, bias=False)
+    torch.nn.init.zeros_(model.weight)
+    opt = torch.optim.SGD(model.parameters(), lr=float(t["lr"]))
+    monitor = Monitor(model, opt)
+    for step in range(1, steps + 1):
+        idx = torch.randint(0, 384, (64,))
+        pred = model(x[idx])
+        loss = torch.nn.functional.mse_loss(pred, y[idx])
+        opt.zero_grad()
+        loss.backward()
+        metrics = monitor.measure(loss)
+        if t.get("fail") == "raise_late" and step == 5:
+            raise ValueError("planted failure at step 5")
+        opt.step()
+        metrics["step"] = step
+        if step % 10 == 0 or step == steps:
+            with torch.no_grad():
+                metrics["val_loss"] = float(torch.nn.functional.mse_loss(model(x[384:]),
+                                                                         y[384:]))
+        report(metrics)

@@ -1,0 +1,81 @@
+"""The Monitor reads the grad norm before clipping and zero_grad, and the real LR."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from sweeps import Monitor
+
+
+def _step(model, opt, monitor, clip=None, x_scale=1.0):
+    x = torch.randn(32, 4) * x_scale
+    loss = torch.nn.functional.mse_loss(model(x), torch.ones(32, 1))
+    opt.zero_grad()
+    loss.backward()
+    metrics = monitor.measure(loss)
+    if clip is not None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    opt.step()
+    return metrics
+
+
+def test_grad_norm_is_pre_clip_and_non_zero():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    monitor = Monitor(model, opt, grad_clip=0.01)
+    x = torch.randn(32, 4) * 10
+    loss = torch.nn.functional.mse_loss(model(x), torch.full((32, 1), 5.0))
+    loss.backward()
+    expected = torch.linalg.vector_norm(
+        torch.stack([p.grad.norm() for p in model.parameters()])).item()
+    metrics = monitor.measure(loss)
+    clipped_total = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.01).item()
+    after = torch.linalg.vector_norm(
+        torch.stack([p.grad.norm() for p in model.parameters()])).item()
+    assert metrics["grad_norm"] == pytest.approx(expected, rel=1e-5)
+    assert metrics["grad_norm"] > 0.01 * 10, "the reported norm must be the pre-clip value"
+    assert clipped_total == pytest.approx(expected, rel=1e-5)
+    assert after == pytest.approx(0.01, rel=1e-3)
+    assert metrics["clipped"] == 1.0
+    assert metrics["loss"] == pytest.approx(loss.item())
+
+
+def test_grad_norm_after_zero_grad_would_be_zero_but_monitor_is_not():
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    monitor = Monitor(model, opt)
+    metrics = _step(model, opt, monitor)
+    assert metrics["grad_norm"] > 0
+    opt.zero_grad(set_to_none=False)
+    assert monitor.grad_stats()[0] == 0.0  # the bug users hit: measuring after zero_grad
+
+
+def test_lr_is_the_optimizer_value_under_a_scheduler():
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 ** s)
+    monitor = Monitor(model, opt)
+    lrs = []
+    for _ in range(3):
+        lrs.append(_step(model, opt, monitor)["lr"])
+        sched.step()
+    assert lrs == [1.0, 0.5, 0.25]
+
+
+def test_non_finite_grads_are_counted_and_dead_params_found():
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
+    frozen_out = torch.nn.Linear(2, 1)  # a parameter that never receives a gradient
+    params = [*model.parameters(), *frozen_out.parameters()]
+    monitor = Monitor(params)
+    loss = model(torch.tensor([[float("inf"), 1.0]])).sum()
+    loss.backward()
+    metrics = monitor.measure(loss, pred=torch.zeros(4), target=torch.arange(4.0))
+    assert not math.isfinite(metrics["grad_norm"])
+    assert metrics["nonfinite_grads"] > 0
+    assert metrics["dead_params"] == 2
+    assert metrics["pred_std"] == 0.0 and metrics["target_std"] > 1
+    assert "lr" not in metrics

@@ -1,0 +1,64 @@
+"""collapse: pred_std / target_std stays below the ratio for a patience of reports."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from sweeps.rules.collapse import check
+from sweeps.rules.settings import RuleSettings
+
+S = RuleSettings()
+
+
+def stds(ratios, start: int = 0) -> list[dict]:
+    return [
+        {"step": start + t, "pred_std": r * 2.0, "target_std": 2.0} for t, r in enumerate(ratios)
+    ]
+
+
+def test_fires_on_the_patience_th_collapsed_report():
+    history = stds([0.8] * 10 + [0.05] * 25)
+    assert check(history[:29], S) is None  # 19 collapsed reports
+    verdict = check(history[:30], S)
+    assert verdict.step == 29
+    assert verdict.evidence["since_step"] == 10 and verdict.evidence["reports"] == 20
+    assert verdict.evidence["ratio"] == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize(("ratio", "fires"), [(0.1, False), (0.0999, True)])
+def test_ratio_boundary(ratio, fires):
+    assert (check(stds([ratio] * 20), S) is not None) is fires
+
+
+def test_a_healthy_report_resets_the_count():
+    history = stds([0.05] * 15 + [0.5] + [0.05] * 19)
+    assert check(history, S) is None
+    assert check(history + stds([0.05], start=35), S) is not None
+
+
+def test_reports_without_the_keys_are_skipped_not_counted():
+    history: list[dict] = []
+    for t in range(40):
+        history.append({"step": 2 * t, "loss": 1.0})
+        history.append({"step": 2 * t + 1, "pred_std": 0.01, "target_std": 1.0})
+    assert check(history[:39], S) is None  # 19 collapsed reports so far
+    assert check(history[:40], S).step == 39
+    assert check(history[:41], S) is None  # newest report lacks the keys
+
+
+def test_collapse_min_step():
+    s = RuleSettings(collapse_min_step=100)
+    history = stds([0.01] * 130, start=0)
+    assert check(history[:119], s) is None  # steps 100..118: 19 reports
+    assert check(history[:120], s).step == 119
+
+
+def test_missing_zero_and_non_finite_stds_are_not_judged():
+    assert check([], S) is None
+    assert check([{"step": 0, "pred_std": 0.0}], S) is None
+    assert check([{"step": t, "target_std": 1.0} for t in range(30)], S) is None
+    assert check([{"step": t, "pred_std": 0.0, "target_std": 0.0} for t in range(30)], S) is None
+    nan = [{"step": t, "pred_std": math.nan, "target_std": 1.0} for t in range(30)]
+    assert check(nan, S) is None

@@ -1,0 +1,112 @@
+"""divergence: a finite loss that climbs well above its reference and keeps climbing."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from sweeps.rules import evaluate
+from sweeps.rules.divergence import check
+from sweeps.rules.settings import RuleSettings
+
+S = RuleSettings()
+
+
+def losses(values) -> list[dict]:
+    return [{"step": t, "loss": float(v)} for t, v in enumerate(values)]
+
+
+def first_firing(history: list[dict], settings: RuleSettings = S):
+    for k in range(1, len(history) + 1):
+        verdict = check(history[:k], settings)
+        if verdict is not None:
+            return verdict
+    return None
+
+
+def test_geometric_growth_fires_when_the_smoothed_loss_doubles_its_start():
+    values = 1.02 ** np.arange(200)
+    verdict = first_firing(losses(values))
+    # independent reference: the first report whose mean of the last 20 losses
+    # exceeds 2x the mean of the first 20 (the growth is monotone, so "rising" holds)
+    start = values[:20].mean()
+    expected = next(k for k in range(39, 200) if values[k - 19 : k + 1].mean() > 2 * start)
+    assert verdict.step == expected
+    assert verdict.evidence["ratio"] > 2.0
+    assert check(losses(values[:expected]), S) is None  # one report earlier: not yet
+
+
+def test_divergence_from_a_healthy_start_is_caught_while_the_loss_is_finite():
+    rng = np.random.default_rng(3)
+    t = np.arange(1000)
+    healthy = 0.3 + 1.2 * np.exp(-t / 50)
+    values = np.where(t < 200, healthy, healthy * 1.02 ** (t - 200.0))
+    values = values * rng.lognormal(0.0, 0.05, t.size)
+    history: list[dict] = []
+    for report in losses(values):
+        history.append(report)
+        verdict = evaluate(history)
+        if verdict:
+            break
+    assert verdict.reason == "divergence"
+    assert 200 < verdict.step < 270
+    assert math.isfinite(history[-1]["loss"]) and history[-1]["loss"] < 10
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_no_false_alarm_on_a_noisy_decreasing_curve(seed):
+    rng = np.random.default_rng(seed)
+    t = np.arange(1500)
+    values = 1.5 * np.exp(-t / 150) + 0.05 + 0.05 * np.abs(rng.standard_normal(t.size))
+    assert first_firing(losses(values)) is None
+
+
+@pytest.mark.parametrize("sigma", [0.0, 0.1, 0.5, 1.0])
+def test_no_false_alarm_on_a_noisy_plateau(sigma):
+    rng = np.random.default_rng(11)
+    values = 0.7 * rng.lognormal(0.0, sigma, 1500)
+    assert first_firing(losses(values)) is None
+
+
+def test_a_spike_that_recovers_is_not_divergence():
+    values = [1.0] * 60 + [20.0] * 3 + [1.0] * 60
+    assert first_firing(losses(values)) is None
+
+
+def test_a_rise_that_stays_below_the_ratio_is_not_divergence():
+    values = [1.0] * 60 + [1.0 + 0.9 * min(k, 30) / 30 for k in range(200)]
+    assert first_firing(losses(values)) is None  # ends at 1.9x: rising, but below 2x
+
+
+def test_baseline_is_a_reference_too():
+    values = [1.0] * 100 + [1.0 + 0.01 * k for k in range(300)]
+    without = first_firing(losses(values))
+    with_baseline = first_firing(losses(values), RuleSettings(baseline_loss=0.6))
+    assert with_baseline.evidence["reference_kind"] == "baseline"
+    assert with_baseline.step < without.step
+
+
+def test_a_loss_starting_far_above_the_baseline_and_falling_is_fine():
+    values = 5.0 * np.exp(-np.arange(300) / 40) + 0.5
+    assert first_firing(losses(values), RuleSettings(baseline_loss=1.0)) is None
+
+
+def test_missing_loss_nan_and_val_only_reports_are_not_judged():
+    rising = list(1.05 ** np.arange(80))
+    assert check(losses(rising), S) is not None
+    assert check(losses(rising) + [{"step": 80, "val_loss": 1.0}], S) is None
+    assert check([{"step": t, "val_loss": v} for t, v in enumerate(rising)], S) is None
+    assert check(losses(rising[:30]), S) is None  # too short to judge
+    with_nans = losses(rising)
+    for report in with_nans[::7]:
+        report["loss"] = math.nan
+    assert check(with_nans, S) is not None  # NaNs are skipped (non_finite reports them)
+    assert check([], S) is None
+    assert check([{"step": 0}], S) is None
+
+
+def test_a_rising_negative_loss_has_no_ratio_and_is_not_judged():
+    values = -10.0 + 0.1 * np.arange(90)  # e.g. a negative log-likelihood, rising to -1
+    assert first_firing(losses(values)) is None

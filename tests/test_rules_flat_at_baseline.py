@@ -1,0 +1,121 @@
+"""flat_at_baseline: the smoothed loss sits at the random-prediction loss for a patience window."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from sweeps.rules.flat_at_baseline import check
+from sweeps.rules.settings import RuleSettings
+
+B = math.pi / 2
+S = RuleSettings(baseline_loss=B)
+
+
+def losses(values, key: str = "loss", every: int = 1) -> list[dict]:
+    return [{"step": t * every, key: float(v)} for t, v in enumerate(values)]
+
+
+def first_firing(history: list[dict], settings: RuleSettings = S):
+    for k in range(1, len(history) + 1):
+        verdict = check(history[:k], settings)
+        if verdict is not None:
+            return verdict
+    return None
+
+
+def noisy_baseline(n: int, seed: int = 0, noise: float = 0.05) -> np.ndarray:
+    return B + noise * np.random.default_rng(seed).standard_normal(n)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_fires_exactly_when_the_patience_window_is_full(seed):
+    history = losses(noisy_baseline(400, seed))
+    assert check(history[:100], S) is None  # steps 0..99: only 99 steps of flatness
+    verdict = first_firing(history)
+    assert verdict.step == 100
+    assert verdict.evidence["flat_since_step"] == 0
+    assert verdict.evidence["baseline"] == B
+    assert verdict.evidence["max_relative_deviation"] <= 0.05
+
+
+def test_patience_counts_steps_not_reports():
+    history = losses([B] * 30, every=10)  # a report every 10 steps
+    assert first_firing(history).step == 100
+    assert first_firing(history, RuleSettings(baseline_loss=B, flat_patience=55)).step == 60
+
+
+def test_patience_counts_after_warmup():
+    s = RuleSettings(baseline_loss=B, warmup_steps=30)
+    assert first_firing(losses(noisy_baseline(400)), s).step == 130
+
+
+@pytest.mark.parametrize(("offset", "fires"), [(0.049, True), (-0.049, True), (0.051, False)])
+def test_tolerance_boundary(offset, fires):
+    assert (first_firing(losses([B * (1 + offset)] * 200)) is not None) is fires
+
+
+def test_one_noisy_report_does_not_reset_the_window():
+    values = [B] * 200
+    values[60] = 1.5 * B  # 50% off on its own, 2.5% off in a 20-report mean
+    assert first_firing(losses(values)).step == 100
+    assert first_firing(losses(values), RuleSettings(baseline_loss=B, smoothing=1)).step == 161
+
+
+def test_a_loss_that_left_the_baseline_does_not_fire():
+    t = np.arange(600)
+    values = np.where(t < 50, B, B * np.exp(-(t - 50) / 100.0))
+    assert first_firing(losses(values)) is None
+    # ...nor one that is learning slowly but steadily out of the band
+    assert first_firing(losses(B * (1 - t / 1000))) is None
+
+
+def test_a_return_to_the_baseline_needs_a_full_window_again():
+    values = [B] * 80 + [1.0] * 40 + [B] * 200
+    verdict = first_firing(losses(values))
+    assert verdict.step >= 120 + 100
+    assert verdict.evidence["flat_since_step"] >= 120
+
+
+def test_off_without_a_baseline():
+    assert first_firing(losses([B] * 300), RuleSettings()) is None
+
+
+def test_uses_val_loss_when_no_loss_is_reported():
+    history = losses([B] * 30, key="val_loss", every=10)
+    verdict = first_firing(history)
+    assert verdict.step == 100 and verdict.evidence["metric"] == "val_loss"
+
+
+def test_val_loss_is_ignored_while_a_training_loss_is_reported():
+    history = [
+        {"step": t, "loss": 0.5, **({"val_loss": B} if t % 10 == 0 else {})} for t in range(300)
+    ]
+    assert first_firing(history) is None
+
+
+def test_a_long_patience_is_judged_over_a_thinned_stretch():
+    s = RuleSettings(baseline_loss=B, flat_patience=1000)
+    history = losses(noisy_baseline(1200))
+    assert check(history[:1000], s) is None
+    assert check(history[:1001], s).step == 1000
+    bad = losses(np.concatenate([noisy_baseline(500), [0.5] * 100, noisy_baseline(600)]))
+    assert check(bad[:1001], s) is None
+
+
+def test_missing_or_non_finite_values_are_not_judged():
+    assert check([], S) is None
+    assert check([{"step": t} for t in range(200)], S) is None
+    history = losses([B] * 150)
+    assert check(history + [{"step": 150, "loss": math.nan}], S) is None
+    history[70]["loss"] = math.inf  # skipped, not a reset
+    assert check(history, S) is not None
+
+
+def test_the_history_must_cover_the_patience():
+    resumed = [{"step": 500 + t, "loss": B} for t in range(150)]  # a run resumed at step 500
+    assert first_firing(resumed).step == 600
+    late = [{"step": t, "grad_norm": 1.0} for t in range(50)] + losses([B] * 200)[50:]
+    assert first_firing(late).step == 150  # the loss is known flat only from step 50

@@ -1,0 +1,106 @@
+"""grad_blowup (and the frequent_clipping warning)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from sweeps.rules import evaluate
+from sweeps.rules.grad_blowup import check, check_clipping
+from sweeps.rules.settings import RuleSettings
+
+S = RuleSettings()
+
+
+def norms(values: list[float]) -> list[dict]:
+    return [{"step": t, "grad_norm": v} for t, v in enumerate(values)]
+
+
+@pytest.mark.parametrize(("last", "fires"), [(50.0, False), (50.0001, True)])
+def test_ratio_boundary(last, fires):
+    verdict = check(norms([1.0] * 10 + [last]), S)
+    assert (verdict is not None) is fires
+    if fires:
+        assert verdict.step == 10
+        assert verdict.evidence["running_median"] == 1.0
+        assert verdict.evidence["threshold"] == 50.0
+        assert verdict.evidence["ratio"] == pytest.approx(50.0001)
+
+
+def test_the_median_ignores_a_few_earlier_outliers():
+    history = norms([1.0] * 8 + [40.0, 45.0] + [60.0])
+    assert check(history, S).evidence["running_median"] == 1.0
+
+
+@pytest.mark.parametrize(("last", "fires"), [(1e4, False), (1.0001e4, True)])
+def test_absolute_cap_fires_without_history(last, fires):
+    verdict = check(norms([last]), S)
+    assert (verdict is not None) is fires
+    if fires:
+        assert verdict.evidence == {"grad_norm": last, "cap": 1e4}
+    assert check(norms([last]), RuleSettings(grad_norm_cap=None)) is None
+
+
+def test_needs_blowup_min_history_earlier_finite_norms():
+    assert check(norms([1.0] * 4 + [1000.0]), S) is None
+    assert check(norms([1.0] * 4 + [math.nan, 1000.0]), S) is None  # NaN does not count
+    assert check(norms([1.0] * 5 + [1000.0]), S) is not None
+    assert check(norms([1.0] * 2 + [1000.0]), RuleSettings(blowup_min_history=2)) is not None
+
+
+def test_zero_median_is_not_judged():
+    # grad_norm logged after zero_grad: always 0.0, then a real value -- no ratio exists
+    assert check(norms([0.0] * 20 + [5.0]), S) is None
+
+
+def test_missing_or_non_finite_newest_norm_is_not_judged():
+    assert check([], S) is None
+    assert check([{"step": 0, "loss": 1.0}], S) is None
+    assert check(norms([1.0] * 10) + [{"step": 10, "loss": 1.0}], S) is None
+    assert check(norms([1.0] * 10 + [math.inf]), S) is None  # non_finite's job
+
+
+def test_only_the_window_feeds_the_median():
+    history = norms([100.0] * 300 + [1.0] * 90 + [60.0])
+    assert check(history, S) is None  # median over the last 199 earlier norms is 100
+    assert check(history, RuleSettings(window=100)) is not None
+
+
+def test_fires_on_the_first_report_where_a_blowup_is_detectable():
+    rng = np.random.default_rng(7)
+    values = list(rng.lognormal(0.0, 0.5, 300)) + [1e2 * 3.0**k for k in range(12)]
+    expected = next(
+        i
+        for i, v in enumerate(values)
+        if v > 1e4 or (i >= 5 and v > 50 * float(np.median(values[max(0, i - 199) : i])))
+    )
+    history: list[dict] = []
+    for t, v in enumerate(values):
+        history.append({"step": t, "loss": 1.0, "grad_norm": float(v)})
+        verdict = evaluate(history)
+        if verdict:
+            break
+    assert verdict.reason == "grad_blowup"
+    assert verdict.step == expected
+
+
+def clips(flags: list[float]) -> list[dict]:
+    return [{"step": t, "clipped": f} for t, f in enumerate(flags)]
+
+
+def test_clipping_warns_once_when_more_than_half_are_clipped():
+    flags = [1.0, 0.0] * 10 + [1.0]  # 11 of 21 clipped
+    assert check_clipping(clips(flags[:20]), S) is None  # exactly half
+    warning = check_clipping(clips(flags), S)
+    assert warning["warning"] == "frequent_clipping" and warning["step"] == 20
+    assert warning["evidence"]["clipped_fraction"] == pytest.approx(11 / 21)
+    assert check_clipping(clips(flags + [1.0]), S) is None  # still holds: no repeat
+
+
+def test_clipping_needs_min_reports_and_the_key():
+    assert check_clipping(clips([1.0] * 19), S) is None
+    assert check_clipping(clips([1.0] * 20), S) is not None
+    assert check_clipping(clips([1.0] * 30) + [{"step": 30, "loss": 1.0}], S) is None
+    assert check_clipping([], S) is None

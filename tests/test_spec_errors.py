@@ -1,0 +1,116 @@
+"""Bad input: one clear message naming the key and the fix, exit 2, nothing written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sweeps.cli import main
+from tests.conftest import write_sweep
+
+
+def _base(folder: Path) -> dict:
+    return yaml.safe_load((folder / "linreg.yaml").read_text())
+
+
+def _run_cli(folder: Path, path: Path, capsys, monkeypatch) -> tuple[int, str]:
+    import ray
+
+    monkeypatch.chdir(folder)
+    code = main(["run", str(path)])
+    err = capsys.readouterr().err
+    assert not ray.is_initialized(), "Ray must not start on bad input"
+    assert not (folder / "results").exists(), "nothing may be written on bad input"
+    return code, err
+
+
+CASES = {
+    "unknown top-level key": (lambda d: d.update(budgett={"trials": 2}), "budgett",
+                              "budget"),
+    "write_back typo": (lambda d: d["write_back"].update(learning_rat="train.lr"),
+                        "write_back.learning_rat", "lr"),
+    "knob without write_back": (lambda d: d["search_space"].update(
+        momentum={"type": "uniform", "low": 0.0, "high": 0.9}), "write_back.momentum",
+        "momentum: section.momentum"),
+    "log bound <= 0": (lambda d: d["search_space"].update(
+        lr={"type": "loguniform", "low": 0.0, "high": 1.0}), "search_space.lr.low",
+        "greater than 0"),
+    "low > high": (lambda d: d["search_space"].update(
+        lr={"type": "loguniform", "low": 1.0, "high": 0.1}), "search_space.lr",
+        "low must not exceed high"),
+    "unknown compile mode": (lambda d: (d["search_space"].update(
+        compile={"type": "categorical", "choices": ["none", "turbo"]}),
+        d["write_back"].update(compile="train.compile")), "search_space.compile",
+        "reduce-overhead"),
+    "unknown knob type": (lambda d: d["search_space"].update(
+        lr={"type": "logscale", "low": 1e-3, "high": 1.0}), "search_space.lr.type",
+        "loguniform"),
+    "trainer does not import": (lambda d: d.update(trainer="no_such_module:train"),
+                                "trainer", "no_such_module"),
+    "trainer not callable": (lambda d: d.update(trainer="linreg_trainer:torch"), "trainer",
+                             "train(config, report)"),
+    "trainer attribute missing": (lambda d: d.update(trainer="linreg_trainer:trian"),
+                                  "trainer", "trian"),
+    "trainer wrong form": (lambda d: d.update(trainer="linreg_trainer.train"), "trainer",
+                           "module:function"),
+    "collision with scalar": (lambda d: d["write_back"].update(lr="experiment.lr"),
+                              "write_back.lr", "'experiment'"),
+    "negative trials": (lambda d: d["budget"].update(trials=0), "budget.trials",
+                        "greater than or equal to 1"),
+    "reserved write_back path": (lambda d: d["write_back"].update(lr="sweep.lr"),
+                                 "write_back.lr", "reserved"),
+    "bare list knob": (lambda d: d["search_space"].update(lr=[0.1, 0.01]),
+                       "search_space.lr", "categorical"),
+    "unknown rule setting": (lambda d: d["rules"].update(blowup_ratoi=3), "rules.blowup_ratoi",
+                             "blowup_ratio"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_sweep_file_exits_2_naming_the_key(case, linreg_dir, capsys, monkeypatch):
+    mutate, key, fix_hint = CASES[case]
+    data = _base(linreg_dir)
+    mutate(data)
+    path = write_sweep(linreg_dir, data, "bad.yaml")
+    code, err = _run_cli(linreg_dir, path, capsys, monkeypatch)
+    assert code == 2
+    assert f"error: {key}:" in err
+    assert "fix:" in err
+    assert fix_hint in err
+
+
+def test_malformed_yaml(linreg_dir, capsys, monkeypatch):
+    path = linreg_dir / "broken.yaml"
+    path.write_text("name: x\ntrainer: [unclosed\n")
+    code, err = _run_cli(linreg_dir, path, capsys, monkeypatch)
+    assert code == 2
+    assert "not valid YAML at line" in err
+
+
+def test_base_config_not_a_mapping(linreg_dir, capsys, monkeypatch):
+    (linreg_dir / "linreg_config.yaml").write_text("- just\n- a list\n")
+    code, err = _run_cli(linreg_dir, linreg_dir / "linreg.yaml", capsys, monkeypatch)
+    assert code == 2
+    assert "error: base_config:" in err and "not a mapping" in err
+
+
+def test_sweep_file_not_a_mapping(linreg_dir, capsys, monkeypatch):
+    path = linreg_dir / "list.yaml"
+    path.write_text("- a\n- b\n")
+    code, err = _run_cli(linreg_dir, path, capsys, monkeypatch)
+    assert code == 2 and "not a mapping" in err
+
+
+def test_missing_file(linreg_dir, capsys, monkeypatch):
+    code, err = _run_cli(linreg_dir, linreg_dir / "nope.yaml", capsys, monkeypatch)
+    assert code == 2 and "no sweep file" in err
+
+
+def test_validate_accepts_the_good_file(linreg_dir, capsys, monkeypatch):
+    monkeypatch.chdir(linreg_dir)
+    assert main(["validate", "linreg.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert "valid" in out and "lr (loguniform)" in out
+    assert not (linreg_dir / "results").exists()

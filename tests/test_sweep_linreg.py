@@ -1,0 +1,140 @@
+"""A real sweep on Ray with a trainer whose unstable regions are known exactly.
+
+Linear regression by SGD (tests/sweepfiles/linreg_trainer.py): LR above ~1
+diverges, LR below ~1e-4 stays at the baseline loss 1.0 for the whole budget.
+The checks read what a user would: trials.csv, the failure reasons, the YAML
+files under stable/, the Optuna study and the MLflow runs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import optuna
+import pandas as pd
+import pytest
+import ray
+import yaml
+
+from sweeps.cli import main
+
+pytestmark = pytest.mark.slow
+
+UNSTABLE_LRS = [20.0, 5.0]
+FLAT_LRS = [1.0e-5]
+
+
+def _trials(folder):
+    trials = pd.read_csv(folder / "trials.csv")
+    trials["reason"] = trials["reason"].fillna("")
+    return trials
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def linreg_run(tmp_path_factory, ray_session):
+    from tests.conftest import SWEEPFILES
+
+    folder = tmp_path_factory.mktemp("linreg")
+    for f in SWEEPFILES.iterdir():
+        if f.is_file():
+            (folder / f.name).write_text(f.read_text())
+    data = yaml.safe_load((folder / "linreg.yaml").read_text())
+    data["initial_points"] = [{"lr": lr} for lr in UNSTABLE_LRS + FLAT_LRS + [0.05]]
+    (folder / "linreg.yaml").write_text(yaml.safe_dump(data))
+    import os
+
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        code = main(["run", "linreg.yaml", "--quiet"])
+    finally:
+        os.chdir(cwd)
+    assert code == 0
+    return folder / "results" / "linreg"
+
+
+def test_unstable_trials_stopped_early_with_reasons(linreg_run):
+    trials = _trials(linreg_run)
+    search = trials[trials["role"] == "search"]
+    assert len(search) == 12
+    for lr in UNSTABLE_LRS:
+        row = search[search["lr"].sub(lr).abs() < 1e-9].iloc[0]
+        assert row["status"] == "unstable"
+        assert row["reason"] in ("non_finite", "grad_blowup", "divergence")
+        assert int(row["stop_step"]) < 20, "a blow-up must be caught within a few steps"
+        assert int(row["steps"]) == int(row["stop_step"]), "no step after the verdict"
+    row = search[search["lr"].sub(FLAT_LRS[0]).abs() < 1e-12].iloc[0]
+    assert row["status"] == "unstable" and row["reason"] == "flat_at_baseline"
+    assert int(row["stop_step"]) < 60
+    healthy = search[(search["lr"] > 1e-2) & (search["lr"] < 0.5)]
+    assert len(healthy) and (healthy["status"] == "ok").all()
+    assert (healthy["objective_val_loss"] < 0.1).all()
+
+
+def test_stable_yamls_are_stable_configs_in_the_user_layout(linreg_run):
+    trials = _trials(linreg_run)
+    files = sorted((linreg_run / "stable").glob("rank-*.yaml"))
+    assert files, "at least one confirmed stable config"
+    assert files[0].name.startswith("rank-01-")
+    base = yaml.safe_load((linreg_run.parent.parent / "linreg_config.yaml").read_text())
+    for f in files:
+        text = f.read_text()
+        assert text.startswith("# Written by sweeps")
+        assert "confirmation: stable on 1/1 extra seeds" in text
+        cfg = yaml.safe_load(text)
+        assert list(cfg) == list(base), "top-level layout and order kept"
+        assert cfg["notes"] == base["notes"] and cfg["experiment"] == base["experiment"]
+        assert {k: v for k, v in cfg["train"].items() if k != "lr"} == \
+            {k: v for k, v in base["train"].items() if k != "lr"}
+        trial_id = f.stem.split("-", 2)[2]
+        row = trials[trials["trial_id"] == trial_id].iloc[0]
+        assert row["status"] == "ok" and math.isclose(cfg["train"]["lr"], row["lr"])
+        assert 1e-4 < cfg["train"]["lr"] < 1.0
+    pareto = pd.read_csv(linreg_run / "pareto.csv")
+    assert pareto["confirmed"].all() == (len(files) == len(pareto))
+
+
+def test_optuna_study_records_unstable_trials_as_infeasible(linreg_run):
+    study = optuna.load_study(study_name="linreg",
+                              storage=f"sqlite:///{linreg_run / 'optuna.db'}")
+    trials = study.get_trials(deepcopy=False)
+    assert len(trials) == 12
+    unstable = [t for t in trials if t.user_attrs.get("status") == "unstable"]
+    ok = [t for t in trials if t.user_attrs.get("status") == "ok"]
+    assert len(unstable) >= 3 and ok
+    for t in unstable:
+        assert t.state == optuna.trial.TrialState.COMPLETE, "told, not FAIL"
+        assert t.constraints == {"stability": 1.0}
+        assert t.user_attrs["reason"] in ("non_finite", "grad_blowup", "divergence",
+                                          "flat_at_baseline", "loss_spike")
+        assert all(math.isfinite(v) for v in t.values)
+        assert t.values[0] >= max(o.values[0] for o in ok), "penalised below every ok trial"
+        assert t.values[1] >= 10.0
+    for t in ok:
+        assert t.constraints == {"stability": 0.0}
+
+
+def test_mlflow_has_a_run_per_trial_with_reason_tags(linreg_run):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{linreg_run / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("linreg")
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    parents = [r for r in runs if r.data.tags.get("sweeps.kind") == "sweep"]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    trials = _trials(linreg_run)
+    assert len(parents) == 1 and len(children) == len(trials)
+    for run in children:
+        tags = run.data.tags
+        row = trials[trials["trial_id"] == run.info.run_name].iloc[0]
+        assert tags["sweeps.status"] == row["status"]
+        if row["reason"]:
+            assert tags["sweeps.reason"] == row["reason"]
+        assert "loss" in run.data.metrics
