@@ -16,7 +16,7 @@ from typing import Any
 from ray.tune import Stopper
 
 from sweeps import objectives, rules
-from sweeps.reporter import EVIDENCE, FINAL, REASON, STATUS, STOP_STEP
+from sweeps.reporter import EVIDENCE, FINAL, REASON, STATUS, STOP_STEP, WARNING
 from sweeps.rules.verdict import Verdict
 from sweeps.spec import Objective, Sweep
 from sweeps.trainable import (
@@ -53,6 +53,7 @@ class TrialRecord:
     stop_step: int | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    warnings: list[str] = field(default_factory=list)
     finished: bool = False
 
     def set_failure(self, status: str, verdict: Verdict) -> None:
@@ -90,6 +91,8 @@ class TrialBook:
         metrics = {k: v for k, v in result.items()
                    if k not in _TUNE_KEYS and not k.startswith("sweeps/")}
         status = result.get(STATUS, "running")
+        if result.get(WARNING) and not result.get(FINAL):
+            rec.warnings.append(str(result[WARNING]))
         if not result.get(FINAL):
             rec.history.append(metrics)
         if status in ("unstable", "crash"):

@@ -23,6 +23,7 @@ STATUS = "sweeps/status"
 REASON = "sweeps/reason"
 STOP_STEP = "sweeps/stop_step"
 EVIDENCE = "sweeps/evidence"
+WARNING = "sweeps/warning"
 FINAL = "sweeps/final"  # marks a summary result that repeats the last report
 
 
@@ -65,6 +66,7 @@ class TrialReporter:
         self.settings = settings
         self.history: list[dict[str, Any]] = []
         self.verdict: Verdict | None = None
+        self.warnings: list[dict[str, Any]] = []
         self._sink = sink
         self._clock = clock
         self._last_time = clock()
@@ -87,6 +89,10 @@ class TrialReporter:
         verdict = rules.evaluate(self.history, self.settings)
         result = dict(entry)
         result[STATUS] = "running"
+        found = rules.warnings(self.history, self.settings)
+        if found:
+            self.warnings.extend(found)
+            result[WARNING] = "; ".join(f"{w['warning']} at step {w['step']}" for w in found)
         if verdict is not None:
             self.verdict = verdict
             result.update(unstable_fields(verdict))

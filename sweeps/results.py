@@ -30,6 +30,7 @@ def trial_row(sweep: Sweep, book: TrialBook, rec: TrialRecord) -> dict[str, Any]
         row[f"objective_{obj.metric}"] = value
     row.update(objectives.summary(rec.history))
     row["evidence"] = json.dumps(rec.evidence, default=str) if rec.evidence else ""
+    row["warnings"] = "; ".join(rec.warnings)
     return row
 
 

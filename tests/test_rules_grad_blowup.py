@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sweeps.rules import evaluate
 from sweeps.rules.grad_blowup import check, check_clipping
@@ -86,6 +88,20 @@ def test_fires_on_the_first_report_where_a_blowup_is_detectable():
     assert verdict.step == expected
 
 
+@given(
+    st.lists(st.floats(1e-3, 1e3), min_size=1, max_size=250),
+    st.floats(1e-3, 1e5),
+    st.sampled_from([2.0, 50.0]),
+)
+@settings(max_examples=300, deadline=None)
+def test_matches_a_plain_median_reference(earlier, last, ratio):
+    history = norms([*earlier, last])
+    s = RuleSettings(blowup_ratio=ratio)
+    window = earlier[-199:]
+    expected = last > 1e4 or (len(window) >= 5 and last > ratio * float(np.median(window)))
+    assert (check(history, s) is not None) is expected
+
+
 def clips(flags: list[float]) -> list[dict]:
     return [{"step": t, "clipped": f} for t, f in enumerate(flags)]
 
@@ -104,3 +120,10 @@ def test_clipping_needs_min_reports_and_the_key():
     assert check_clipping(clips([1.0] * 20), S) is not None
     assert check_clipping(clips([1.0] * 30) + [{"step": 30, "loss": 1.0}], S) is None
     assert check_clipping([], S) is None
+
+
+def test_clipping_onset_is_found_as_old_reports_leave_the_window():
+    history = clips([0.0] * 100 + [1.0] * 150)
+    assert check_clipping(history[:200], S) is None  # 100 of 200: exactly half
+    assert check_clipping(history[:201], S)["step"] == 200  # 101 of the last 200
+    assert check_clipping(history[:202], S) is None

@@ -7,10 +7,10 @@ with a flat loss. Judged only on reports carrying both ``pred_std`` and
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sweeps.rules._history import finite_num, newest_step, num, step_of
 from sweeps.rules.settings import RuleSettings
 from sweeps.rules.verdict import Verdict
 
@@ -37,7 +37,7 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
         ratio = _ratio(history[i])
         if ratio is None:
             continue
-        if ratio >= settings.collapse_ratio or _step(history[i], i) < settings.collapse_min_step:
+        if ratio >= settings.collapse_ratio or step_of(history[i], i) < settings.collapse_min_step:
             return None
         count, since = count + 1, i
         if count == settings.collapse_patience:
@@ -46,37 +46,19 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
         return None
     report = history[-1]
     evidence = {
-        "pred_std": _num(report, "pred_std"),
-        "target_std": _num(report, "target_std"),
+        "pred_std": num(report, "pred_std"),
+        "target_std": num(report, "target_std"),
         "ratio": newest,
         "threshold": settings.collapse_ratio,
         "reports": count,
-        "since_step": _step(history[since], since),
+        "since_step": step_of(history[since], since),
     }
-    return Verdict("collapse", _step(report, n - 1), evidence)
+    return Verdict("collapse", newest_step(history), evidence)
 
 
 def _ratio(report: Mapping[str, Any]) -> float | None:
     """pred_std / target_std, or None when either is missing, non-finite or target <= 0."""
-    pred, target = _num(report, "pred_std"), _num(report, "target_std")
-    if pred is None or target is None or not (math.isfinite(pred) and math.isfinite(target)):
+    pred, target = finite_num(report, "pred_std"), finite_num(report, "target_std")
+    if pred is None or target is None:
         return None
     return pred / target if target > 0 else None
-
-
-def _num(report: Mapping[str, Any], key: str) -> float | None:
-    """``report[key]`` as a float (NaN kept); None when missing or not a number."""
-    value = report.get(key)
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError, RuntimeError, OverflowError):
-        return None
-
-
-def _step(report: Mapping[str, Any], default: int) -> int:
-    try:
-        return int(report["step"])
-    except (KeyError, TypeError, ValueError, RuntimeError, OverflowError):
-        return default

@@ -11,6 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sweeps.rules._history import newest_step, num, step_of
 from sweeps.rules.settings import RuleSettings
 
 
@@ -27,12 +28,12 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> dict[
     if not history:
         return None
     n = len(history)
-    newest = _num(history[-1], "dead_params")
+    newest = num(history[-1], "dead_params")
     if newest is None or not newest > 0:
         return None
     streak, since = 0, n - 1
     for i in range(n - 1, max(0, n - settings.window) - 1, -1):
-        value = _num(history[i], "dead_params")
+        value = num(history[i], "dead_params")
         if value is None:
             continue
         if not value > 0:
@@ -45,24 +46,6 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> dict[
     evidence = {
         "dead_params": int(newest) if math.isfinite(newest) else str(newest),
         "reports": streak,
-        "since_step": _step(history[since], since),
+        "since_step": step_of(history[since], since),
     }
-    return {"warning": "dead_gradient", "step": _step(history[-1], n - 1), "evidence": evidence}
-
-
-def _num(report: Mapping[str, Any], key: str) -> float | None:
-    """``report[key]`` as a float (NaN kept); None when missing or not a number."""
-    value = report.get(key)
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError, RuntimeError, OverflowError):
-        return None
-
-
-def _step(report: Mapping[str, Any], default: int) -> int:
-    try:
-        return int(report["step"])
-    except (KeyError, TypeError, ValueError, RuntimeError, OverflowError):
-        return default
+    return {"warning": "dead_gradient", "step": newest_step(history), "evidence": evidence}

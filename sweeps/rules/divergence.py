@@ -12,6 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sweeps.rules._history import finite_num, newest_finite, newest_step
 from sweeps.rules.settings import RuleSettings
 from sweeps.rules.verdict import Verdict
 
@@ -41,12 +42,12 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
         55
     """
     n = len(history)
-    newest = _num(history[-1], "loss") if n else None
-    if newest is None or not math.isfinite(newest):
+    newest = finite_num(history[-1], "loss") if n else None
+    if newest is None:
         return None
     span, patience = settings.smoothing, settings.divergence_patience
     first = max(0, n - settings.window)
-    recent = _last_finite(history, first, span + patience)
+    recent = newest_finite(history, "loss", first, span + patience)[::-1]
     if len(recent) < span + patience:
         return None
     smoothed = _rolling_mean(recent, span)
@@ -54,7 +55,7 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
     rises = sum(1 for a, b in zip(smoothed[:-1], smoothed[1:], strict=True) if b > a)
     if now <= before or rises < RISING_SHARE * patience:
         return None
-    values = _last_finite(history, first, n)
+    values = newest_finite(history, "loss", first, n)[::-1]
     noise = _noise(values) / math.sqrt(span)
     references = {
         "window_min": min(_rolling_mean(values, span)),
@@ -78,28 +79,15 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
         "rising_reports": rises,
         "patience": patience,
     }
-    return Verdict("divergence", _step(history[-1], n - 1), evidence)
-
-
-def _last_finite(history: Sequence[Mapping[str, Any]], first: int, count: int) -> list[float]:
-    """Up to ``count`` newest finite losses at indices >= ``first``, oldest first."""
-    out: list[float] = []
-    i = len(history) - 1
-    while i >= first and len(out) < count:
-        value = _num(history[i], "loss")
-        if value is not None and math.isfinite(value):
-            out.append(value)
-        i -= 1
-    out.reverse()
-    return out
+    return Verdict("divergence", newest_step(history), evidence)
 
 
 def _first_mean(history: Sequence[Mapping[str, Any]], stop: int, span: int) -> float | None:
     """Mean of the first ``span`` finite losses in ``history[:stop]``; None if fewer."""
     values: list[float] = []
     for i in range(stop):
-        value = _num(history[i], "loss")
-        if value is not None and math.isfinite(value):
+        value = finite_num(history[i], "loss")
+        if value is not None:
             values.append(value)
             if len(values) == span:
                 return sum(values) / span
@@ -118,21 +106,3 @@ def _noise(values: list[float]) -> float:
 def _rolling_mean(values: list[float], span: int) -> list[float]:
     """Means of every run of ``span`` consecutive values (summed afresh: no drift)."""
     return [sum(values[i : i + span]) / span for i in range(len(values) - span + 1)]
-
-
-def _num(report: Mapping[str, Any], key: str) -> float | None:
-    """``report[key]`` as a float (NaN kept); None when missing or not a number."""
-    value = report.get(key)
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError, RuntimeError, OverflowError):
-        return None
-
-
-def _step(report: Mapping[str, Any], default: int) -> int:
-    try:
-        return int(report["step"])
-    except (KeyError, TypeError, ValueError, RuntimeError, OverflowError):
-        return default

@@ -12,6 +12,14 @@ from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sweeps.rules._history import (
+    finite_num,
+    judged_metric,
+    newest_finite,
+    newest_step,
+    step_key,
+    step_of,
+)
 from sweeps.rules.settings import RuleSettings
 from sweeps.rules.verdict import Verdict
 
@@ -38,19 +46,18 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
         return None
     n = len(history)
     first = max(0, n - settings.window)
-    key = _metric(history, first)
-    value = None if key is None else _num(history[-1], key)
-    if key is None or value is None or not math.isfinite(value):
+    key = judged_metric(history, first)
+    if key is None or finite_num(history[-1], key) is None:
         return None
     span, band = settings.smoothing, settings.flat_tolerance * baseline
-    newest = _newest(history, key, first, span)
+    newest = newest_finite(history, key, first, span)
     if not newest or abs(sum(newest) / len(newest) - baseline) > band:
         return None
-    now = _step(history[-1], n - 1)
+    now = newest_step(history)
     start = now - settings.flat_patience
     if start < settings.warmup_steps:
         return None
-    anchor = bisect_right(history, start, key=_stepf) - 1
+    anchor = bisect_right(history, start, key=step_key) - 1
     if anchor < 0:
         return None
     stride = max(1, math.ceil((n - anchor) / settings.window))
@@ -76,19 +83,6 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
     return Verdict("flat_at_baseline", now, evidence)
 
 
-def _metric(history: Sequence[Mapping[str, Any]], first: int) -> str | None:
-    """``loss`` if the newest report has one; ``val_loss`` if it has one and no report in
-    the window has a ``loss``; else None (this report is not judged)."""
-    report = history[-1]
-    if _num(report, "loss") is not None:
-        return "loss"
-    if _num(report, "val_loss") is None:
-        return None
-    if any(_num(history[i], "loss") is not None for i in range(first, len(history))):
-        return None
-    return "val_loss"
-
-
 def _stretch(
     history: Sequence[Mapping[str, Any]], key: str, anchor: int, stride: int, span: int
 ) -> tuple[list[float], int, int | None]:
@@ -102,59 +96,24 @@ def _stretch(
     since: int | None = None
     i = len(history) - 1
     while i > anchor:
-        value = _num(history[i], key)
-        if value is not None and math.isfinite(value):
+        value = finite_num(history[i], key)
+        if value is not None:
             inside.append(value)
         i -= stride
     lowest = max(0, anchor - 2 * span * stride)
     for i in range(anchor, lowest - 1, -1):
-        value = _num(history[i], key)
-        if value is not None and math.isfinite(value):
+        value = finite_num(history[i], key)
+        if value is not None:
             inside.append(value)
-            since = _step(history[i], i)
+            since = step_of(history[i], i)
             break
     if since is not None:
         for j in range(i - stride, lowest - 1, -stride):
             if len(before) == span - 1:
                 break
-            value = _num(history[j], key)
-            if value is not None and math.isfinite(value):
+            value = finite_num(history[j], key)
+            if value is not None:
                 before.append(value)
     inside.reverse()
     before.reverse()
     return before + inside, len(inside), since
-
-
-def _newest(history: Sequence[Mapping[str, Any]], key: str, first: int, span: int) -> list[float]:
-    """Up to ``span`` newest finite values of ``key`` at indices >= ``first``."""
-    out: list[float] = []
-    for i in range(len(history) - 1, first - 1, -1):
-        value = _num(history[i], key)
-        if value is not None and math.isfinite(value):
-            out.append(value)
-            if len(out) == span:
-                break
-    return out
-
-
-def _stepf(report: Mapping[str, Any]) -> float:
-    value = _num(report, "step")
-    return value if value is not None and not math.isnan(value) else -math.inf
-
-
-def _num(report: Mapping[str, Any], key: str) -> float | None:
-    """``report[key]`` as a float (NaN kept); None when missing or not a number."""
-    value = report.get(key)
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError, RuntimeError, OverflowError):
-        return None
-
-
-def _step(report: Mapping[str, Any], default: int) -> int:
-    try:
-        return int(report["step"])
-    except (KeyError, TypeError, ValueError, RuntimeError, OverflowError):
-        return default

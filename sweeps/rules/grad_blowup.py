@@ -6,11 +6,11 @@ the clip threshold on most steps), since both judge the pre-clipping grad norm.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from statistics import median
 from typing import Any
 
+from sweeps.rules._history import finite_num, finite_values, newest_step
 from sweeps.rules.settings import RuleSettings
 from sweeps.rules.verdict import Verdict
 
@@ -28,14 +28,14 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
     """
     if not history:
         return None
-    norm = _num(history[-1], "grad_norm")
-    if norm is None or not math.isfinite(norm):
+    norm = finite_num(history[-1], "grad_norm")
+    if norm is None:
         return None
     cap = settings.grad_norm_cap
     if cap is not None and norm > cap:
         return _verdict(history, {"grad_norm": norm, "cap": cap})
     n = len(history)
-    earlier = _finite(_tail(history, max(0, n - settings.window), n - 1), "grad_norm")
+    earlier = finite_values(history, "grad_norm", max(0, n - settings.window), n - 1)
     if len(earlier) < settings.blowup_min_history:
         return None
     # Cheap exit (no sort): at least half the earlier norms are clearly >= norm / ratio,
@@ -68,20 +68,20 @@ def check_clipping(
         >>> check_clipping(history, RuleSettings())["warning"]
         'frequent_clipping'
     """
-    newest = _num(history[-1], "clipped") if history else None
-    if newest is None or not math.isfinite(newest):
+    newest = finite_num(history[-1], "clipped") if history else None
+    if newest is None:
         return None
     n = len(history)
     first = max(0, n - settings.window)
-    flags = _finite(_tail(history, first, n), "clipped")
+    flags = finite_values(history, "clipped", first, n)
     clipped = len([f for f in flags if f > 0])
     share = _clip_share(clipped, len(flags), settings)
     # the same window one report earlier: drop the newest, add the report before `first`
-    dropped = _finite(_tail(history, first - 1, first), "clipped") if first else []
+    dropped = finite_values(history, "clipped", first - 1, first) if first else []
     before = clipped - (newest > 0) + len([f for f in dropped if f > 0])
     if share is None or _clip_share(before, len(flags) - 1 + len(dropped), settings) is not None:
         return None
-    step = _step(history[-1], n - 1)
+    step = newest_step(history)
     evidence = {
         "clipped_fraction": share,
         "reports": len(flags),
@@ -99,47 +99,4 @@ def _clip_share(clipped: int, reports: int, settings: RuleSettings) -> float | N
 
 
 def _verdict(history: Sequence[Mapping[str, Any]], evidence: dict[str, Any]) -> Verdict:
-    return Verdict("grad_blowup", _step(history[-1], len(history) - 1), evidence)
-
-
-def _tail(history: Sequence[Mapping[str, Any]], start: int, stop: int) -> Sequence[Mapping]:
-    """``history[start:stop]`` without walking the whole history (any Sequence)."""
-    try:
-        return history[start:stop]
-    except TypeError:  # a Sequence without slicing, e.g. a deque
-        return [history[i] for i in range(start, stop)]
-
-
-def _finite(reports: Iterable[Mapping[str, Any]], key: str) -> list[float]:
-    """The finite values of ``key`` in ``reports``, in order (a hot loop: kept lean)."""
-    out = []
-    for report in reports:
-        value = report.get(key)
-        if value.__class__ is not float:
-            if value is None:
-                continue
-            try:
-                value = float(value)
-            except (TypeError, ValueError, RuntimeError, OverflowError):
-                continue
-        if value - value == 0.0:  # finite: inf - inf and nan - nan are nan
-            out.append(value)
-    return out
-
-
-def _num(report: Mapping[str, Any], key: str) -> float | None:
-    """``report[key]`` as a float (NaN kept); None when missing or not a number."""
-    value = report.get(key)
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError, RuntimeError, OverflowError):
-        return None
-
-
-def _step(report: Mapping[str, Any], default: int) -> int:
-    try:
-        return int(report["step"])
-    except (KeyError, TypeError, ValueError, RuntimeError, OverflowError):
-        return default
+    return Verdict("grad_blowup", newest_step(history), evidence)

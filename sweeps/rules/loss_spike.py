@@ -8,11 +8,11 @@ legitimately spiky (tiny batches, a loss that approaches 0).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from statistics import median
 from typing import Any
 
+from sweeps.rules._history import finite_num, judged_metric, newest_finite, newest_step
 from sweeps.rules.settings import RuleSettings
 from sweeps.rules.verdict import Verdict
 
@@ -33,19 +33,13 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
         return None
     n = len(history)
     first = max(0, n - settings.window)
-    key = _metric(history, first)
+    key = judged_metric(history, first)
     if key is None:
         return None
-    value = _num(history[-1], key)
-    if value is None or not math.isfinite(value):
+    value = finite_num(history[-1], key)
+    if value is None:
         return None
-    earlier: list[float] = []
-    for i in range(n - 2, first - 1, -1):
-        previous = _num(history[i], key)
-        if previous is not None and math.isfinite(previous):
-            earlier.append(previous)
-            if len(earlier) == settings.spike_window:
-                break
+    earlier = newest_finite(history, key, first, settings.spike_window, stop=n - 1)
     if len(earlier) < settings.spike_min_history:
         return None
     med = median(earlier)
@@ -58,35 +52,4 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
         "ratio": value / med,
         "threshold": settings.spike_ratio,
     }
-    return Verdict("loss_spike", _step(history[-1], n - 1), evidence)
-
-
-def _metric(history: Sequence[Mapping[str, Any]], first: int) -> str | None:
-    """``loss`` if the newest report has one; ``val_loss`` if it has one and no report in
-    the window has a ``loss``; else None (this report is not judged)."""
-    report = history[-1]
-    if _num(report, "loss") is not None:
-        return "loss"
-    if _num(report, "val_loss") is None:
-        return None
-    if any(_num(history[i], "loss") is not None for i in range(first, len(history))):
-        return None
-    return "val_loss"
-
-
-def _num(report: Mapping[str, Any], key: str) -> float | None:
-    """``report[key]`` as a float (NaN kept); None when missing or not a number."""
-    value = report.get(key)
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError, RuntimeError, OverflowError):
-        return None
-
-
-def _step(report: Mapping[str, Any], default: int) -> int:
-    try:
-        return int(report["step"])
-    except (KeyError, TypeError, ValueError, RuntimeError, OverflowError):
-        return default
+    return Verdict("loss_spike", newest_step(history), evidence)

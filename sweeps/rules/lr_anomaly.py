@@ -19,6 +19,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sweeps.rules._history import finite_num, finite_values, newest_step, num, step_of
 from sweeps.rules.settings import RuleSettings
 from sweeps.rules.verdict import Verdict
 
@@ -41,10 +42,10 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
     if not history:
         return None
     n = len(history)
-    lr = _num(history[-1], "lr")
+    lr = num(history[-1], "lr")
     if lr is None:
         return None
-    now = _step(history[-1], n - 1)
+    now = newest_step(history)
     if not math.isfinite(lr) or lr < 0:
         return _verdict(now, {"kind": "invalid_lr", "lr": lr if lr < 0 else str(lr)})
     if now < settings.warmup_steps:
@@ -60,7 +61,7 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
 def _zero(
     history: Sequence[Mapping[str, Any]], first: int, lr: float, now: int, settings: RuleSettings
 ) -> Verdict | None:
-    earlier = _lrs(history, first, len(history) - 1)
+    earlier = finite_values(history, "lr", first, len(history) - 1)
     if not earlier:
         return None
     peak, previous = max(earlier), earlier[-1]
@@ -77,13 +78,13 @@ def _restart(
     history: Sequence[Mapping[str, Any]], first: int, lr: float, now: int, settings: RuleSettings
 ) -> Verdict | None:
     n = len(history)
-    previous = _lrs(history, max(first, n - 2), n - 1)
+    previous = finite_values(history, "lr", max(first, n - 2), n - 1)
     if previous and lr <= previous[-1]:
         return None  # no rise on this report: a restart would have been seen on the rise
     peak, lowest, warmup = -math.inf, None, settings.warmup_steps
     for i in range(first, n - 1):
-        value = _num(history[i], "lr")
-        if value is None or not math.isfinite(value) or _step(history[i], i) < warmup:
+        value = finite_num(history[i], "lr")
+        if value is None or step_of(history[i], i) < warmup:
             continue
         peak = max(peak, value)
         if lowest is not None:
@@ -99,33 +100,5 @@ def _restart(
     return _verdict(now, evidence)
 
 
-def _lrs(history: Sequence[Mapping[str, Any]], start: int, stop: int) -> list[float]:
-    """Finite LRs in ``history[start:stop]``, oldest first."""
-    out = []
-    for i in range(start, stop):
-        value = _num(history[i], "lr")
-        if value is not None and math.isfinite(value):
-            out.append(value)
-    return out
-
-
 def _verdict(step: int, evidence: dict[str, Any]) -> Verdict:
     return Verdict("lr_anomaly", step, evidence)
-
-
-def _num(report: Mapping[str, Any], key: str) -> float | None:
-    """``report[key]`` as a float (NaN kept); None when missing or not a number."""
-    value = report.get(key)
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError, RuntimeError, OverflowError):
-        return None
-
-
-def _step(report: Mapping[str, Any], default: int) -> int:
-    try:
-        return int(report["step"])
-    except (KeyError, TypeError, ValueError, RuntimeError, OverflowError):
-        return default

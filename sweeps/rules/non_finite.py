@@ -10,6 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sweeps.rules._history import newest_step, num
 from sweeps.rules.settings import RuleSettings
 from sweeps.rules.verdict import Verdict
 
@@ -32,11 +33,11 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
     report = history[-1]
     keys = LOSS_KEYS if settings.allow_nonfinite_grads else LOSS_KEYS + GRAD_KEYS
     for key in keys:
-        value = _num(report, key)
+        value = num(report, key)
         if value is not None and not math.isfinite(value):
             return _verdict(history, {"metric": key, "value": str(value)})
     if not settings.allow_nonfinite_grads:
-        count = _num(report, "nonfinite_grads")
+        count = num(report, "nonfinite_grads")
         if count is not None and count > 0:
             shown = int(count) if math.isfinite(count) else str(count)
             return _verdict(history, {"metric": "nonfinite_grads", "value": shown})
@@ -44,22 +45,4 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
 
 
 def _verdict(history: Sequence[Mapping[str, Any]], evidence: dict[str, Any]) -> Verdict:
-    return Verdict("non_finite", _step(history[-1], len(history) - 1), evidence)
-
-
-def _num(report: Mapping[str, Any], key: str) -> float | None:
-    """``report[key]`` as a float (NaN kept); None when missing or not a number."""
-    value = report.get(key)
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError, RuntimeError, OverflowError):
-        return None
-
-
-def _step(report: Mapping[str, Any], default: int) -> int:
-    try:
-        return int(report["step"])
-    except (KeyError, TypeError, ValueError, RuntimeError, OverflowError):
-        return default
+    return Verdict("non_finite", newest_step(history), evidence)

@@ -1,0 +1,61 @@
+"""`sweeps try` in-process, and trainer exceptions classified as trial outcomes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sweeps.cli import main
+from sweeps.failures import classify
+from sweeps.spec import load_sweep
+from sweeps.trainable import run_trainer
+
+
+def test_try_reports_a_stable_run(linreg_dir, capsys, monkeypatch):
+    monkeypatch.chdir(linreg_dir)
+    assert main(["try", "linreg.yaml", "--set", "lr=0.05", "--steps", "30"]) == 0
+    out = capsys.readouterr().out
+    assert "try: lr=0.05" in out
+    assert "no rule fired over 30 reports" in out
+    assert not (linreg_dir / "results" / "linreg" / "trials.csv").exists()
+
+
+def test_try_reports_the_verdict_of_an_unstable_run(linreg_dir, capsys, monkeypatch):
+    monkeypatch.chdir(linreg_dir)
+    assert main(["try", "linreg.yaml", "--set", "lr=20"]) == 1
+    out = capsys.readouterr().out
+    assert "stopped" in out and ("grad_blowup" in out or "non_finite" in out)
+
+
+def test_try_rejects_an_unknown_knob(linreg_dir, capsys, monkeypatch):
+    monkeypatch.chdir(linreg_dir)
+    assert main(["try", "linreg.yaml", "--set", "momentum=0.9"]) == 2
+    assert "--set momentum" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fail,step", [("raise", 0), ("raise_late", 4)])
+def test_trainer_exception_is_a_crash_with_its_traceback(linreg_dir, monkeypatch, fail, step):
+    monkeypatch.chdir(linreg_dir)
+    sweep = load_sweep(linreg_dir / "linreg.yaml")
+    sweep.base_config["train"]["fail"] = fail
+    results = []
+    reporter = run_trainer(sweep, {"lr": 0.05}, "t1", results.append, linreg_dir / "t1")
+    assert reporter.verdict.reason == "crash" and reporter.verdict.step == step
+    final = results[-1]
+    assert final["sweeps/status"] == "crash" and final["sweeps/final"] == 1
+    assert "planted failure" in (linreg_dir / "t1" / "error.txt").read_text()
+    assert "Traceback" in final["sweeps/traceback"]
+
+
+def test_classify_oom_and_compile_errors():
+    assert classify(torch.OutOfMemoryError("CUDA out of memory")) == "oom"
+    assert classify(RuntimeError("DefaultCPUAllocator: can't allocate memory: out of memory"))\
+        == "oom"
+    try:
+        import torch._dynamo.exc as dynamo_exc
+
+        raise dynamo_exc.BackendCompilerFailed(lambda: None, RuntimeError(
+            "Cannot find a working triton installation"))
+    except Exception as exc:  # noqa: BLE001
+        assert classify(exc) == "compile_error"
+    assert classify(KeyError("x")) == "crash"

@@ -1,0 +1,1 @@
+"""Reference trainers: plain ``train(config, report)`` functions that sweeps can run."""
