@@ -16,7 +16,7 @@ from typing import Any
 from ray.tune import Stopper
 
 from sweeps import objectives, rules
-from sweeps.reporter import EVIDENCE, FINAL, REASON, STATUS, STOP_STEP, WARNING
+from sweeps.reporter import EVIDENCE, FINAL, REASON, STATUS, STOP_STEP, TRACEBACK, WARNING
 from sweeps.rules.verdict import Verdict
 from sweeps.spec import Objective, Sweep
 from sweeps.trainable import (
@@ -103,7 +103,7 @@ class TrialBook:
                 evidence = {"raw": str(evidence)}
             rec.set_failure(status, Verdict(result.get(REASON) or "crash",
                                             int(result.get(STOP_STEP) or 0), evidence))
-            rec.error = result.get("sweeps/traceback")
+            rec.error = result.get(TRACEBACK)
         elif status == "ok":
             rec.status = "ok"
         else:

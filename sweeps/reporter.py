@@ -24,6 +24,7 @@ REASON = "sweeps/reason"
 STOP_STEP = "sweeps/stop_step"
 EVIDENCE = "sweeps/evidence"
 WARNING = "sweeps/warning"
+TRACEBACK = "sweeps/traceback"
 FINAL = "sweeps/final"  # marks a summary result that repeats the last report
 
 

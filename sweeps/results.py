@@ -48,11 +48,13 @@ def write_csv(path: Path, frame: pd.DataFrame) -> None:
 
 
 def write_histories(folder: Path, book: TrialBook) -> None:
-    """Each trial's full metric history as trials/<trial_id>.csv."""
+    """Each trial's metric history as trials/<id>.csv, and its traceback as <id>.error.txt."""
     folder.mkdir(parents=True, exist_ok=True)
     for rec in book.trials.values():
         if rec.history:
             write_csv(folder / f"{rec.trial_id}.csv", pd.DataFrame(rec.history))
+        if rec.error:
+            write_text(folder / f"{rec.trial_id}.error.txt", rec.error)
 
 
 def _finite_or_none(x: float | None) -> float | str | None:

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 from sweeps.failures import classify, format_exception
-from sweeps.reporter import FINAL, STATUS, TrialReporter, TrialStopped, unstable_fields
+from sweeps.reporter import (
+    FINAL,
+    STATUS,
+    TRACEBACK,
+    TrialReporter,
+    TrialStopped,
+    unstable_fields,
+)
 from sweeps.rules.settings import RuleSettings
 from sweeps.rules.verdict import Verdict
 from sweeps.space import fixed_values
@@ -54,8 +60,7 @@ def prepare_process(sweep: Sweep, threads: int) -> None:
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache))
 
 
-def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink,
-                trial_dir: Path | None = None) -> TrialReporter:
+def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink) -> TrialReporter:
     """Run the user's trainer once with a judging ``report``; never raises for trainer errors.
 
     The last result handed to ``sink`` always carries the trial's outcome
@@ -77,11 +82,8 @@ def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink,
         last = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ""
         verdict = Verdict(reason, step, {"error": f"{type(exc).__name__}: {last}"})
         reporter.verdict = verdict
-        if trial_dir is not None:
-            trial_dir.mkdir(parents=True, exist_ok=True)
-            (trial_dir / "error.txt").write_text(text)
         sink({**(reporter.history[-1] if reporter.history else {"step": 0}), FINAL: 1,
-              **unstable_fields(verdict, status="crash"), "sweeps/traceback": text[-4000:]})
+              **unstable_fields(verdict, status="crash"), TRACEBACK: text})
         return reporter
     if not reporter.history:
         verdict = Verdict("crash", 0, {"error": "the trainer returned without calling report"})
@@ -98,6 +100,4 @@ def ray_trainable(config: dict[str, Any], sweep: Sweep) -> None:
 
     prepare_process(sweep, int(sweep.spec.resources.cpu))
     config = flat_config(config)
-    ctx = tune.get_context()
-    trial_dir = Path(ctx.get_trial_dir()) if ctx.get_trial_dir() else None
-    run_trainer(sweep, config, ctx.get_trial_id(), tune.report, trial_dir)
+    run_trainer(sweep, config, tune.get_context().get_trial_id(), tune.report)

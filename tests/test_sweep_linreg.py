@@ -138,3 +138,41 @@ def test_mlflow_has_a_run_per_trial_with_reason_tags(linreg_run):
         if row["reason"]:
             assert tags["sweeps.reason"] == row["reason"]
         assert "loss" in run.data.metrics
+
+
+def test_crashing_trials_are_classified_and_the_sweep_goes_on(tmp_path, ray_session,
+                                                             monkeypatch):
+    from tests.conftest import SWEEPFILES
+
+    for f in SWEEPFILES.iterdir():
+        if f.is_file():
+            (tmp_path / f.name).write_text(f.read_text())
+    data = yaml.safe_load((tmp_path / "linreg.yaml").read_text())
+    data["name"] = "linreg-crash"
+    data["search_space"]["fail"] = {"type": "categorical",
+                                    "choices": ["none", "raise", "raise_late", "silent"]}
+    data["write_back"]["fail"] = "train.fail"
+    data["initial_points"] = [{"lr": 0.05, "fail": f}
+                              for f in ("raise", "raise_late", "silent", "none")]
+    data["budget"] = {"trials": 4, "max_steps": 30, "concurrent": 2, "scheduler": "none"}
+    data["confirm"] = {"seeds": 0, "lr_probe": 0}
+    (tmp_path / "linreg.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "linreg.yaml", "--quiet"]) == 0
+    out = tmp_path / "results" / "linreg-crash"
+    trials = _trials(out).set_index("fail")
+    assert trials.loc["none", "status"] == "ok"
+    for fail, step in (("raise", 0), ("raise_late", 4), ("silent", 0)):
+        assert trials.loc[fail, "status"] == "crash"
+        assert trials.loc[fail, "reason"] == "crash"
+        assert trials.loc[fail, "stop_step"] == step
+    assert "planted failure at step 5" in trials.loc["raise_late", "evidence"]
+    assert "without calling report" in trials.loc["silent", "evidence"]
+    errors = list((out / "trials").glob("*.error.txt"))
+    assert len(errors) == 2 and all("Traceback" in e.read_text() for e in errors)
+    assert [p.name for p in (out / "stable").iterdir()] == [
+        f"rank-01-{trials.loc['none', 'trial_id']}.yaml"]
+    study = optuna.load_study(study_name="linreg-crash",
+                              storage=f"sqlite:///{out / 'optuna.db'}")
+    crashed = [t for t in study.trials if t.user_attrs.get("status") == "crash"]
+    assert len(crashed) == 3 and all(t.constraints == {"stability": 1.0} for t in crashed)

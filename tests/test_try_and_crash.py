@@ -39,11 +39,11 @@ def test_trainer_exception_is_a_crash_with_its_traceback(linreg_dir, monkeypatch
     sweep = load_sweep(linreg_dir / "linreg.yaml")
     sweep.base_config["train"]["fail"] = fail
     results = []
-    reporter = run_trainer(sweep, {"lr": 0.05}, "t1", results.append, linreg_dir / "t1")
+    reporter = run_trainer(sweep, {"lr": 0.05}, "t1", results.append)
     assert reporter.verdict.reason == "crash" and reporter.verdict.step == step
     final = results[-1]
     assert final["sweeps/status"] == "crash" and final["sweeps/final"] == 1
-    assert "planted failure" in (linreg_dir / "t1" / "error.txt").read_text()
+    assert "planted failure" in final["sweeps/traceback"]
     assert "Traceback" in final["sweeps/traceback"]
 
 

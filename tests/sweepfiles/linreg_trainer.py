@@ -8,7 +8,7 @@ variance (the random-prediction baseline, 1.0 here) for the whole budget.
 
 import torch
 
-from sweeps import Monitor
+from sweeps import Monitor, compile_model
 
 
 def train(config, report):
@@ -18,6 +18,8 @@ def train(config, report):
     steps = int(run.get("max_steps", t["steps"]))
     if t.get("fail") == "raise":
         raise RuntimeError("planted failure before any report")
+    if t.get("fail") == "silent":
+        return  # a trainer that never reports
     gen = torch.Generator().manual_seed(123)
     x = torch.randn(512, 8, generator=gen)
     w_true = torch.randn(8, 1, generator=gen)
@@ -26,11 +28,12 @@ def train(config, report):
     y = y / y.std()
     model = torch.nn.Linear(8, 1, bias=False)
     torch.nn.init.zeros_(model.weight)
+    forward = compile_model(model, t.get("compile", "none"))
     opt = torch.optim.SGD(model.parameters(), lr=float(t["lr"]))
     monitor = Monitor(model, opt)
     for step in range(1, steps + 1):
         idx = torch.randint(0, 384, (64,))
-        pred = model(x[idx])
+        pred = forward(x[idx])
         loss = torch.nn.functional.mse_loss(pred, y[idx])
         opt.zero_grad()
         loss.backward()
