@@ -57,7 +57,7 @@ def prepare_process(sweep: Sweep, threads: int) -> None:
 
     torch.set_num_threads(max(1, threads))
     cache = sweep.output_dir / "inductor_cache"
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache))
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
 
 
 def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink) -> TrialReporter:

@@ -9,7 +9,7 @@ from rich.console import Console
 
 from sweeps.config_paths import get_path
 from sweeps.errors import SpecError
-from sweeps.reporter import TrialReporter
+from sweeps.reporter import FINAL, TrialReporter
 from sweeps.space import Categorical, Fixed, IntRange, LogUniform, Uniform, _Knob
 from sweeps.spec import Sweep
 from sweeps.trainable import SEED_KEY, prepare_process, run_trainer
@@ -62,6 +62,8 @@ def try_trial(sweep: Sweep, sets: dict[str, Any], *, steps: int | None = None,
     prepare_process(sweep, int(sweep.spec.resources.cpu))
 
     def sink(result: dict[str, Any]) -> None:
+        if result.get(FINAL):
+            return
         step = result.get("step", 0)
         if step % max(1, every) == 0 or "val_loss" in result or "sweeps/reason" in result:
             shown = {k: v for k, v in result.items() if not k.startswith("sweeps/")}

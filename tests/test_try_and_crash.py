@@ -27,6 +27,17 @@ def test_try_reports_the_verdict_of_an_unstable_run(linreg_dir, capsys, monkeypa
     assert "stopped" in out and ("grad_blowup" in out or "non_finite" in out)
 
 
+def test_try_compiles_with_the_shared_inductor_cache(linreg_dir, capsys, monkeypatch):
+    monkeypatch.chdir(linreg_dir)
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    code = main(["try", "linreg.yaml", "--set", "lr=0.05", "--set", "train.compile=default",
+                 "--steps", "20"])
+    assert code == 0
+    assert "train.compile=default" in capsys.readouterr().out
+    cache = linreg_dir / "results" / "linreg" / "inductor_cache"
+    assert cache.is_dir() and any(cache.iterdir()), "compiled graphs land in the shared cache"
+
+
 def test_try_rejects_an_unknown_knob(linreg_dir, capsys, monkeypatch):
     monkeypatch.chdir(linreg_dir)
     assert main(["try", "linreg.yaml", "--set", "momentum=0.9"]) == 2
