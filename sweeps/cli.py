@@ -12,7 +12,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from sweeps.errors import SpecError
+from sweeps.errors import PreflightFailed, SpecError
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
@@ -67,8 +67,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     for note in sweep.notes:
         err_console.print(f"note: {note}")
     outcome = run_sweep(sweep, address=args.address, progress=not args.quiet,
-                        tracking_uri=args.tracking_uri)
+                        tracking_uri=args.tracking_uri, check=not args.no_preflight)
     print_outcome(outcome)
+    return 0
+
+
+def cmd_preflight(args: argparse.Namespace) -> int:
+    from sweeps.pipeline import preflight
+    from sweeps.spec import load_sweep
+
+    sweep = preflight(load_sweep(args.file))
+    console.print(f"preflight passed; findings saved in {sweep.output_dir / 'preflight.md'}")
     return 0
 
 
@@ -113,7 +122,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MLflow tracking URI (default: MLFLOW_TRACKING_URI or "
                         "sqlite in the results folder)")
     p.add_argument("--quiet", action="store_true", help="no per-trial progress lines")
+    p.add_argument("--no-preflight", action="store_true",
+                   help="skip the checks of compile modes, LR schedule and input scale")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("preflight", help="check compile modes, the LR schedule and input scale")
+    p.add_argument("file")
+    p.set_defaults(func=cmd_preflight)
 
     p = sub.add_parser("try", help="run one trial in-process without Ray, print metrics")
     p.add_argument("file")
@@ -137,6 +152,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpecError as exc:
         print(f"error: {exc.key}: {exc.problem}.\n  fix: {exc.fix}", file=sys.stderr)
         return SpecError.exit_code
+    except PreflightFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return PreflightFailed.exit_code
     except KeyboardInterrupt:
         err_console.print("interrupted")
         return 130

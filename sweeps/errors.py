@@ -17,3 +17,9 @@ class SpecError(Exception):
         self.problem = problem
         self.fix = fix
         super().__init__(f"{key}: {problem}. Fix: {fix}")
+
+
+class PreflightFailed(Exception):
+    """Preflight found a problem that would waste every trial; the CLI exits with 3."""
+
+    exit_code = 3

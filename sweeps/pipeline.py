@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import yaml
 from sweeps import confirm as confirmation
 from sweeps.atomic import write_text
 from sweeps.book import TrialBook, TrialRecord
+from sweeps.errors import PreflightFailed
 from sweeps.ray_session import ray_running
 from sweeps.report import write_report
 from sweeps.results import trials_frame, write_csv, write_front, write_histories
@@ -35,9 +38,32 @@ class SweepOutcome:
     warnings: list[str] = field(default_factory=list)
 
 
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def preflight(sweep: Sweep, echo: Callable[[str], None] = _stderr) -> Sweep:
+    """Run the preflight checks, print and save them; raise if one is an error."""
+    from sweeps.preflight import run_preflight, write_findings
+
+    sweep, findings = run_preflight(sweep)
+    sweep.output_dir.mkdir(parents=True, exist_ok=True)
+    write_findings(sweep.output_dir, findings)
+    for f in findings:
+        echo(f"preflight {f.line()}")
+    errors = [f for f in findings if f.level == "error"]
+    if errors:
+        raise PreflightFailed(f"preflight found {len(errors)} problem(s) that would spoil every "
+                              f"trial (see {sweep.output_dir / 'preflight.md'}); fix them or "
+                              "run with --no-preflight")
+    return sweep
+
+
 def run_sweep(sweep: Sweep, *, address: str | None = None, progress: bool = True,
-              tracking_uri: str | None = None) -> SweepOutcome:
+              tracking_uri: str | None = None, check: bool = True) -> SweepOutcome:
     """Run ``sweep`` end to end and write everything under ``sweep.output_dir``."""
+    if check:
+        sweep = preflight(sweep)
     out = sweep.output_dir
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / "sweep.yaml", yaml.safe_dump(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 import optuna
@@ -121,3 +122,19 @@ def optuna_space(space: dict[str, _Knob]) -> dict[str, optuna.distributions.Base
 def fixed_values(space: dict[str, _Knob]) -> dict[str, Any]:
     """The values of the knobs that do not vary."""
     return {name: fixed_value(k) for name, k in space.items() if k.is_fixed()}
+
+
+def central_value(knob: _Knob) -> Any:
+    """A middle value of a knob's range (geometric middle on a log scale)."""
+    if isinstance(knob, Fixed):
+        return knob.value
+    if isinstance(knob, Categorical):
+        return knob.choices[0]
+    if isinstance(knob, LogUniform):
+        return math.sqrt(knob.low * knob.high)
+    if isinstance(knob, Uniform):
+        return (knob.low + knob.high) / 2
+    if isinstance(knob, IntRange):
+        mid = (knob.low + knob.high) // 2
+        return knob.low + (mid - knob.low) // knob.step * knob.step
+    raise TypeError(type(knob))

@@ -75,6 +75,21 @@ class Resources(_Strict):
     gpu: float = Field(default=0.0, ge=0)
 
 
+class Preflight(_Strict):
+    """Checks before any trial runs (see README, Preflight)."""
+
+    scheduler: str | None = Field(
+        default=None, description="module:function(config, optimizer) -> LR scheduler; "
+        "default: the trainer module's lr_scheduler")
+    batch: str | None = Field(
+        default=None, description="module:function(config) -> one input batch; "
+        "default: the trainer module's sample_batch")
+    input_limit: float = Field(default=100.0, gt=0,
+                               description="largest acceptable |mean| or std of a feature")
+    compile_timeout: float = Field(default=300.0, gt=0,
+                                   description="seconds a compile-mode probe may take")
+
+
 class SweepFile(_Strict):
     """The sweep file as written by the user."""
 
@@ -90,6 +105,7 @@ class SweepFile(_Strict):
     budget: Budget = Field(default_factory=Budget)
     confirm: Confirm = Field(default_factory=Confirm)
     resources: Resources = Field(default_factory=Resources)
+    preflight: Preflight = Field(default_factory=Preflight)
     initial_points: list[dict[str, Any]] = Field(
         default_factory=list, description="knob values the search tries first")
     output: str = "results"

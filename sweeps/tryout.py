@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from rich.console import Console
@@ -10,25 +9,9 @@ from rich.console import Console
 from sweeps.config_paths import get_path
 from sweeps.errors import SpecError
 from sweeps.reporter import FINAL, TrialReporter
-from sweeps.space import Categorical, Fixed, IntRange, LogUniform, Uniform, _Knob
+from sweeps.space import Fixed, central_value
 from sweeps.spec import Sweep
 from sweeps.trainable import SEED_KEY, prepare_process, run_trainer
-
-
-def central_value(knob: _Knob) -> Any:
-    """A middle value of a knob's range (geometric middle on a log scale)."""
-    if isinstance(knob, Fixed):
-        return knob.value
-    if isinstance(knob, Categorical):
-        return knob.choices[0]
-    if isinstance(knob, LogUniform):
-        return math.sqrt(knob.low * knob.high)
-    if isinstance(knob, Uniform):
-        return (knob.low + knob.high) / 2
-    if isinstance(knob, IntRange):
-        mid = (knob.low + knob.high) // 2
-        return knob.low + (mid - knob.low) // knob.step * knob.step
-    raise TypeError(type(knob))
 
 
 def try_values(sweep: Sweep, sets: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,78 @@
+"""Which ``torch.compile`` modes work on this machine, tried on a tiny module."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from sweeps.preflight.findings import Finding
+
+#: Code run in a fresh interpreter per mode, so a crash or hang cannot take the driver down.
+_PROBE = """
+import sys, torch
+from sweeps.compile import compile_model
+mode = sys.argv[1]
+model = compile_model(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(),
+                                          torch.nn.Linear(16, 1)), mode)
+x = torch.randn(4, 8)
+for _ in range(2):
+    model(x).sum().backward()
+print("ok")
+"""
+
+
+def has_gpu() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def probe_mode(mode: str, timeout: float = 300.0) -> str | None:
+    """None if ``mode`` compiles and runs a step here, else the reason it does not."""
+    try:
+        proc = subprocess.run([sys.executable, "-c", _PROBE, mode], capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"compiling a tiny module took over {timeout:.0f} s"
+    if proc.returncode == 0 and proc.stdout.strip().endswith("ok"):
+        return None
+    return error_line(proc.stderr) or f"exit code {proc.returncode}"
+
+
+def error_line(stderr: str) -> str | None:
+    """The last ``SomeError: message`` line of a traceback in ``stderr``."""
+    pattern = re.compile(r"^[\w.]*(Error|Exception|Failed|Interrupt)\b.*:")
+    lines = [ln.strip() for ln in stderr.splitlines()]
+    hits = [ln for ln in lines if pattern.match(ln)]
+    if hits:
+        return hits[-1][:300]
+    rest = [ln for ln in lines if ln]
+    return rest[-1][:300] if rest else None
+
+
+def check_modes(modes: list[str], *, gpu_requested: bool,
+                timeout: float = 300.0) -> tuple[list[str], list[Finding]]:
+    """The modes that can work here, and a finding for each one dropped."""
+    findings: list[Finding] = []
+    usable: list[str] = []
+    gpu = gpu_requested and has_gpu()
+    for mode in modes:
+        if mode == "none":
+            usable.append(mode)
+            continue
+        if mode == "reduce-overhead" and not gpu:
+            findings.append(Finding(
+                "compile", "warning", "dropped 'reduce-overhead': it captures CUDA graphs and "
+                "there is no GPU for the trials here, so it would only add compile time",
+                "search it on a GPU machine (resources.gpu > 0)", {"mode": mode}))
+            continue
+        reason = probe_mode(mode, timeout)
+        if reason is None:
+            usable.append(mode)
+        else:
+            findings.append(Finding(
+                "compile", "warning", f"dropped '{mode}': it does not work on this machine "
+                f"({reason})", "install a working compiler toolchain (and Triton on GPU), or "
+                "leave this mode out of the search space", {"mode": mode, "error": reason}))
+    return usable, findings

@@ -1,0 +1,107 @@
+"""Running every preflight check for a sweep."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import replace
+from typing import Any
+
+from sweeps.preflight.compile_check import check_modes
+from sweeps.preflight.findings import Finding
+from sweeps.preflight.input_check import check_batch
+from sweeps.preflight.schedule_check import check_curve, lr_curve
+from sweeps.space import Categorical, Fixed, IntRange, central_value
+from sweeps.spec import Sweep
+from sweeps.trainable import trial_settings
+from sweeps.trainer_loader import load_trainer
+
+SCHEDULER_HOOK = "lr_scheduler"
+BATCH_HOOK = "sample_batch"
+
+
+def _hook(sweep: Sweep, target: str | None, name: str, key: str) -> Any:
+    if target:
+        return load_trainer(target, sweep.trainer_paths, key=key)
+    module = importlib.import_module(sweep.spec.trainer.partition(":")[0])
+    return getattr(module, name, None)
+
+
+def _representative(sweep: Sweep) -> list[dict[str, Any]]:
+    """Knob values to check hooks with: range middles, and each end of a searched warmup."""
+    values = {name: central_value(k) for name, k in sweep.space.items()}
+    if "compile" in values:
+        values["compile"] = "none"
+    out = [values]
+    warmup = sweep.space.get("warmup")
+    if isinstance(warmup, IntRange):
+        out = [{**values, "warmup": warmup.low}, {**values, "warmup": warmup.high}]
+    return out
+
+
+def _compile(sweep: Sweep, findings: list[Finding]) -> Sweep:
+    knob = sweep.space.get("compile")
+    if knob is None:
+        return sweep
+    modes = list(knob.choices) if isinstance(knob, Categorical) else [knob.value]
+    usable, found = check_modes([str(m) for m in modes], gpu_requested=sweep.spec.resources.gpu > 0,
+                                timeout=sweep.spec.preflight.compile_timeout)
+    findings.extend(found)
+    if usable == modes:
+        return sweep
+    if not usable:
+        usable = ["none"]
+    new = Fixed(type="fixed", value=usable[0]) if len(usable) == 1 else \
+        Categorical(type="categorical", choices=usable)
+    return replace(sweep, space={**sweep.space, "compile": new})
+
+
+def run_preflight(sweep: Sweep) -> tuple[Sweep, list[Finding]]:
+    """All checks; returns the sweep to run (unusable compile modes dropped) and the findings."""
+    findings: list[Finding] = []
+    sweep = _compile(sweep, findings)
+    steps = sweep.spec.budget.max_steps
+    sched = _hook(sweep, sweep.spec.preflight.scheduler, SCHEDULER_HOOK, "preflight.scheduler")
+    batch = _hook(sweep, sweep.spec.preflight.batch, BATCH_HOOK, "preflight.batch")
+    for values in _representative(sweep):
+        config = sweep.trial_config(values, trial_id="preflight", seed=sweep.spec.seed)
+        label = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                          for k, v in values.items() if k in ("lr", "warmup"))
+        if sched is not None and "lr" in values:
+            try:
+                lrs = lr_curve(sched, config, float(values["lr"]), steps)
+            except Exception as exc:  # noqa: BLE001 - the user's hook
+                findings.append(Finding("hooks", "error", f"{SCHEDULER_HOOK} raised "
+                                        f"{type(exc).__name__}: {exc}", "fix the hook"))
+            else:
+                findings.extend(check_curve(lrs, float(values["lr"]),
+                                            trial_settings(sweep, values), label or "config"))
+    if sched is None:
+        findings.append(Finding("schedule", "info", "the LR schedule was not checked: the "
+                                f"trainer module has no {SCHEDULER_HOOK}(config, optimizer)",
+                                "add the hook (README, Preflight) to have it checked"))
+    if batch is not None:
+        config = sweep.trial_config(_representative(sweep)[0], trial_id="preflight",
+                                    seed=sweep.spec.seed)
+        try:
+            sample = batch(config)
+        except Exception as exc:  # noqa: BLE001 - the user's hook
+            findings.append(Finding("hooks", "error", f"{BATCH_HOOK} raised "
+                                    f"{type(exc).__name__}: {exc}", "fix the hook"))
+        else:
+            found = check_batch(sample, sweep.spec.preflight.input_limit)
+            findings.extend(found or [Finding("inputs", "info", "every input feature is on a "
+                                              "sane scale")])
+    else:
+        findings.append(Finding("inputs", "info", "the input scale was not checked: the "
+                                f"trainer module has no {BATCH_HOOK}(config)",
+                                "add the hook (README, Preflight) to have it checked"))
+    return sweep, _dedupe(findings)
+
+
+def _dedupe(findings: list[Finding]) -> list[Finding]:
+    seen, out = set(), []
+    for f in findings:
+        if (f.check, f.message) not in seen:
+            seen.add((f.check, f.message))
+            out.append(f)
+    return out

@@ -1,0 +1,80 @@
+"""Preflight: the LR schedule, the input scale and compile modes, before any trial runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from sweeps.cli import main
+from sweeps.preflight import run_preflight
+from sweeps.preflight.compile_check import check_modes
+from sweeps.spec import load_sweep
+
+
+def _edit(folder, **train):
+    data = yaml.safe_load((folder / "hooked.yaml").read_text())
+    data["base_config"]["train"].update(train)
+    (folder / "hooked.yaml").write_text(yaml.safe_dump(data))
+
+
+def test_restarting_schedule_is_flagged_before_any_trial(linreg_dir, capsys, monkeypatch):
+    import ray
+
+    monkeypatch.chdir(linreg_dir)
+    _edit(linreg_dir, schedule="restarts")
+    assert main(["run", "hooked.yaml"]) == 3
+    err = capsys.readouterr().err
+    assert "warm_restart" in err and "--no-preflight" in err
+    out = linreg_dir / "results" / "hooked"
+    assert not (out / "ray").exists() and not (out / "trials.csv").exists()
+    assert not ray.is_initialized()
+    found = json.loads((out / "preflight.json").read_text())
+    restart = [f for f in found if f["check"] == "schedule"]
+    assert restart and restart[0]["level"] == "error"
+    assert restart[0]["evidence"]["evidence"]["kind"] == "warm_restart"
+    assert restart[0]["evidence"]["step"] == 11  # T_0 = 40 // 4: back to the peak at step 11
+    assert "allow_lr_restarts" in (out / "preflight.md").read_text()
+
+
+def test_healthy_schedule_and_raw_inputs(linreg_dir, monkeypatch):
+    monkeypatch.chdir(linreg_dir)
+    sweep, findings = run_preflight(load_sweep(linreg_dir / "hooked.yaml"))
+    assert not [f for f in findings if f.level == "error"]
+    assert [f.message for f in findings if f.check == "inputs"] == [
+        "every input feature is on a sane scale"]
+    _edit(linreg_dir, raw_inputs=True)
+    _, findings = run_preflight(load_sweep(linreg_dir / "hooked.yaml"))
+    inputs = [f for f in findings if f.check == "inputs"]
+    assert [f.evidence["feature"] for f in inputs] == ["time"]
+    assert inputs[0].level == "warning" and "normalise" in inputs[0].fix
+
+
+def test_peak_above_the_sampled_lr_and_zero_lr(linreg_dir, monkeypatch):
+    from sweeps.preflight.schedule_check import check_curve
+    from sweeps.rules.settings import RuleSettings
+
+    peak = check_curve([0.1, 0.5, 0.4], 0.1, RuleSettings(), "lr=0.1")
+    assert any("peaks at 0.5" in f.message for f in peak)
+    zero = check_curve([0.1] * 5 + [0.0] * 5, 0.1, RuleSettings(warmup_steps=2), "lr=0.1")
+    assert zero and "zero_lr" in zero[0].message
+
+
+def test_trainer_without_hooks_is_told_so(linreg_dir, monkeypatch):
+    monkeypatch.chdir(linreg_dir)
+    _, findings = run_preflight(load_sweep(linreg_dir / "linreg.yaml"))
+    assert {f.check for f in findings} == {"schedule", "inputs"}
+    assert all(f.level == "info" and "not checked" in f.message for f in findings)
+
+
+@pytest.mark.slow
+def test_compile_modes_that_cannot_work_are_dropped(monkeypatch):
+    usable, findings = check_modes(["none", "default", "reduce-overhead"], gpu_requested=False)
+    assert usable == ["none", "default"]
+    assert "CUDA graphs" in findings[0].message
+    # a machine without a working C++ compiler: inductor cannot build its CPU kernels
+    monkeypatch.setenv("CXX", "/nonexistent/g++")
+    usable, findings = check_modes(["none", "default"], gpu_requested=False)
+    assert usable == ["none"]
+    assert "InvalidCxxCompiler" in findings[0].message
