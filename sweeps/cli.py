@@ -14,8 +14,8 @@ from rich.table import Table
 
 from sweeps.errors import PreflightFailed, SpecError
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+console = Console(highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _fmt(v: Any) -> str:
@@ -72,6 +72,58 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_stability(args: argparse.Namespace) -> int:
+    from sweeps import stability
+    from sweeps.pipeline import preflight
+    from sweeps.spec import load_sweep
+    from sweeps.stability_run import run_stability
+    from sweeps.tryout import _with_budget
+
+    sweep = load_sweep(args.file)
+    if args.steps:
+        sweep = _with_budget(sweep, args.steps)
+    if bool(args.values) == bool(args.range):
+        raise SpecError("--values/--range", "give exactly one of them",
+                        "e.g. --values 1e-4,1e-3,1e-2 or --range 1e-5:1e-1 --points 9")
+    if args.values:
+        values = stability.parse_values(args.values)
+    else:
+        low, sep, high = args.range.partition(":")
+        try:
+            values = stability.log_range(float(low), float(high), args.points)
+        except ValueError:
+            raise SpecError("--range", f"{args.range!r} is not LOW:HIGH",
+                            "write e.g. --range 1e-5:1e-1") from None
+        if not sep or float(low) <= 0 or float(high) < float(low):
+            raise SpecError("--range", f"{args.range!r} is not 0 < LOW <= HIGH",
+                            "write e.g. --range 1e-5:1e-1")
+    second = None
+    if args.and_:
+        name, sep, rest = args.and_.partition("=")
+        if not sep:
+            raise SpecError("--and", f"{args.and_!r} is not NAME=v1,v2",
+                            "write e.g. --and grad_clip=0,1,5")
+        second = (name.strip(), stability.parse_values(rest))
+    if not args.no_preflight:
+        sweep = preflight(sweep)
+    result = run_stability(sweep, args.param, values, seeds=args.seeds, second=second,
+                           address=args.address, progress=not args.quiet)
+    table = Table(title=f"Stability of '{sweep.name}'")
+    for col in result.table.columns:
+        table.add_column(str(col))
+    for _, row in result.table.iterrows():
+        table.add_row(*[_fmt(v) for v in row])
+    console.print(table)
+    console.print(f"boundary: {result.boundary_text}")
+    console.print(f"recommended {args.param}: {result.recommended} ({result.why})")
+    clip = "none" if result.clip is None else f"{result.clip:.3g}"
+    console.print(f"recommended grad_clip: {clip} ({result.clip_why})")
+    for w in result.warnings:
+        console.print(f"warning: {w}")
+    console.print("written: " + ", ".join(str(f) for f in result.files))
+    return 0
+
+
 def cmd_preflight(args: argparse.Namespace) -> int:
     from sweeps.pipeline import preflight
     from sweeps.spec import load_sweep
@@ -125,6 +177,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-preflight", action="store_true",
                    help="skip the checks of compile modes, LR schedule and input scale")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("stability", help="grid over one knob (x a second) on several seeds")
+    p.add_argument("file")
+    p.add_argument("--param", required=True, help="the knob to grid over, e.g. lr")
+    p.add_argument("--values", help="comma-separated values, e.g. 1e-5,1e-4,1e-3")
+    p.add_argument("--range", help="LOW:HIGH, spaced in log scale (with --points)")
+    p.add_argument("--points", type=int, default=9)
+    p.add_argument("--and", dest="and_", metavar="KNOB=V1,V2", help="a second knob to cross")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=None, help="steps per run (default: budget)")
+    p.add_argument("--address", default=None)
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--no-preflight", action="store_true")
+    p.set_defaults(func=cmd_stability)
 
     p = sub.add_parser("preflight", help="check compile modes, the LR schedule and input scale")
     p.add_argument("file")

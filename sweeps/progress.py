@@ -26,7 +26,7 @@ class ProgressLines(Callback):
     @property
     def console(self) -> Console:
         if self._console is None:
-            self._console = Console(stderr=True, highlight=False)
+            self._console = Console(stderr=True, highlight=False, soft_wrap=True)
         return self._console
 
     def __getstate__(self) -> dict[str, Any]:

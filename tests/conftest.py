@@ -23,3 +23,13 @@ def write_sweep(folder: Path, data: dict, name: str = "sweep.yaml") -> Path:
     path = folder / name
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    """One Ray instance for a whole test module (2 CPUs), shut down cleanly after it."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()

@@ -13,7 +13,6 @@ import math
 import optuna
 import pandas as pd
 import pytest
-import ray
 import yaml
 
 from sweeps.cli import main
@@ -28,13 +27,6 @@ def _trials(folder):
     trials = pd.read_csv(folder / "trials.csv")
     trials["reason"] = trials["reason"].fillna("")
     return trials
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")

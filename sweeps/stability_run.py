@@ -1,0 +1,94 @@
+"""``sweeps stability``: run the grid on Ray and write stability.csv / .md (and a map)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sweeps import stability
+from sweeps.atomic import write_text
+from sweeps.book import TrialBook
+from sweeps.errors import SpecError
+from sweeps.ray_session import ray_running
+from sweeps.results import write_csv, write_histories
+from sweeps.runner import run_configs
+from sweeps.spec import Sweep
+from sweeps.tryout import try_values
+
+
+@dataclass
+class StabilityOutcome:
+    """The table and what it recommends."""
+
+    table: pd.DataFrame
+    names: list[str]
+    recommended: Any
+    why: str
+    clip: float | None
+    clip_why: str
+    boundary: tuple[Any, Any] | None
+    boundary_text: str
+    warnings: list[str]
+    files: list[Path]
+
+
+def _check_knob(sweep: Sweep, name: str, values: list[Any], flag: str) -> None:
+    if name not in sweep.space:
+        raise SpecError(flag, f"{name!r} is not a knob of the search space",
+                        f"use one of {', '.join(sweep.space)}")
+    if not values:
+        raise SpecError(flag, "no values given", "give e.g. --values 1e-4,1e-3,1e-2")
+
+
+def run_stability(sweep: Sweep, param: str, values: list[Any], *, seeds: int = 3,
+                  second: tuple[str, list[Any]] | None = None, address: str | None = None,
+                  progress: bool = True) -> StabilityOutcome:
+    """Run every grid value on ``seeds`` seeds and analyse the runs."""
+    _check_knob(sweep, param, values, "--param")
+    if second:
+        _check_knob(sweep, second[0], second[1], "--and")
+    names = [param] + ([second[0]] if second else [])
+    base = {k: v for k, v in try_values(sweep, {}).items() if k not in names}
+    runs = stability.plan(base, param, values, [sweep.spec.seed + i for i in range(seeds)], second)
+    sweep.output_dir.mkdir(parents=True, exist_ok=True)
+    book = TrialBook(sweep)
+    with ray_running(address):
+        run_configs(sweep, book, runs, "stability", progress=progress)
+    return write_stability(sweep, book, names)
+
+
+def write_stability(sweep: Sweep, book: TrialBook, names: list[str]) -> StabilityOutcome:
+    """stability.csv, stability.md and, for two knobs, stability_map.png."""
+    out = sweep.output_dir
+    rows = stability.cells(book, names[0], names[1] if len(names) > 1 else None)
+    table = pd.DataFrame(stability.table_rows(rows, names))
+    recommended, why = stability.recommend(rows)
+    clip, clip_why = stability.recommend_clip(rows)
+    below, above = stability.boundary(rows)
+    warnings = stability.clip_warnings(rows)
+    files = [out / "stability.csv", out / "stability.md"]
+    write_csv(files[0], table)
+    write_histories(out / "trials", book)
+    md = [f"# Stability of {sweep.name} over {' × '.join(names)}", "",
+          table.to_markdown(index=False), "",
+          f"- boundary: {_edge(below, above)}",
+          f"- recommended {names[0]}: {recommended} ({why})",
+          f"- recommended grad_clip: {clip if clip is None else f'{clip:.3g}'} ({clip_why})"]
+    md += [f"- warning: {w}" for w in warnings]
+    write_text(files[1], "\n".join(md) + "\n")
+    if len(names) == 2:
+        files.append(out / "stability_map.png")
+        stability.draw_map(rows, names, files[-1])
+    edge = (below.key[0] if below else None, above.key[0]) if above else None
+    return StabilityOutcome(table, names, recommended, why, clip, clip_why, edge,
+                            _edge(below, above), warnings, files)
+
+
+def _edge(below, above) -> str:
+    if above is None:
+        return "not found in the grid"
+    low = below.key[0] if below else "(none stable)"
+    return f"between {low} and {above.key[0]} ({above.verdict()})"
