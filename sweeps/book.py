@@ -16,6 +16,7 @@ from typing import Any
 from ray.tune import Stopper
 
 from sweeps import objectives, rules
+from sweeps.journal import Journal
 from sweeps.reporter import EVIDENCE, FINAL, REASON, STATUS, STOP_STEP, TRACEBACK, WARNING
 from sweeps.rules.verdict import Verdict
 from sweeps.spec import Objective, Sweep
@@ -65,12 +66,76 @@ class TrialRecord:
         return self.status in ("unstable", "crash")
 
 
-class TrialBook:
-    """All trials of one sweep, keyed by Ray trial id."""
+_BOOKS: dict[str, TrialBook] = {}
 
-    def __init__(self, sweep: Sweep) -> None:
+
+def open_book(sweep: Sweep, folder: str = "trials") -> TrialBook:
+    """The one book of this sweep in this process, read back from its journal if it has one.
+
+    The searcher, the stopper and the callbacks are pickled into Ray Tune's
+    experiment state; on restore they all come back to this same book.
+    ``folder`` (under the results folder) holds the journal and histories.
+    """
+    key = str(sweep.output_dir / folder)
+    book = _BOOKS.get(key)
+    if book is None:
+        book = _BOOKS[key] = TrialBook(sweep, folder)
+        book.load()
+    return book
+
+
+def close_books() -> None:
+    """Close every journal and forget the books (their files stay on disk)."""
+    for book in _BOOKS.values():
+        book.journal.close_all()
+    _BOOKS.clear()
+
+
+class TrialBook:
+    """All trials of one sweep, keyed by Ray trial id. Get it with :func:`open_book`."""
+
+    def __init__(self, sweep: Sweep, folder: str = "trials") -> None:
         self.sweep = sweep
+        self.folder = folder
         self.trials: dict[str, TrialRecord] = {}
+        self.journal = Journal(sweep.output_dir / folder)
+
+    def __reduce__(self):
+        return (open_book, (self.sweep, self.folder))
+
+    def load(self) -> None:
+        """Read the trials of an earlier run of this sweep back from the journal."""
+        for trial_id, events in self.journal.read().items():
+            rec = None
+            for kind, payload in events:
+                if kind == "trial":
+                    rec = TrialRecord(trial_id=trial_id, values=payload.get("values", {}),
+                                      seed=int(payload.get("seed", 0)),
+                                      role=str(payload.get("role", "search")),
+                                      lr_scale=float(payload.get("lr_scale", 1.0)))
+                elif rec is not None and kind == "metrics":
+                    _append(rec.history, payload)
+                elif rec is not None and kind == "outcome":
+                    rec.status, rec.reason = payload["status"], payload.get("reason")
+                    rec.stop_step = payload.get("stop_step")
+                    rec.evidence = dict(payload.get("evidence") or {})
+                    rec.error = payload.get("error")
+                    rec.warnings = list(payload.get("warnings") or [])
+                    rec.finished = bool(payload.get("finished"))
+            if rec is not None:
+                self.trials[trial_id] = rec
+
+    def set_aside_unfinished(self) -> list[str]:
+        """Forget trials that were running when the driver died (their journal is kept as
+        ``<id>.jsonl.interrupted``); Ray Tune restarts them or the searcher replaces them."""
+        gone = [t for t, rec in self.trials.items() if not rec.finished]
+        for trial_id in gone:
+            del self.trials[trial_id]
+            self.journal.close(trial_id)
+            path = self.journal.folder / f"{trial_id}.jsonl"
+            if path.exists():
+                path.rename(path.with_name(path.name + ".interrupted"))
+        return gone
 
     def _get(self, trial_id: str, config: Mapping[str, Any] | None) -> TrialRecord:
         rec = self.trials.get(trial_id)
@@ -81,7 +146,15 @@ class TrialBook:
                               role=str(config.get(ROLE_KEY, "search")),
                               lr_scale=float(config.get(LR_SCALE_KEY) or 1.0))
             self.trials[trial_id] = rec
+            self.journal.write(trial_id, "trial", {"values": rec.values, "seed": rec.seed,
+                                                   "role": rec.role, "lr_scale": rec.lr_scale})
         return rec
+
+    def _save_outcome(self, rec: TrialRecord) -> None:
+        self.journal.write(rec.trial_id, "outcome", {
+            "status": rec.status, "reason": rec.reason, "stop_step": rec.stop_step,
+            "evidence": rec.evidence, "error": rec.error, "warnings": rec.warnings,
+            "finished": rec.finished})
 
     def record(self, trial_id: str, result: Mapping[str, Any]) -> TrialRecord:
         """Take one result; judge it with the rules unless the trial already judged itself."""
@@ -94,7 +167,8 @@ class TrialBook:
         if result.get(WARNING) and not result.get(FINAL):
             rec.warnings.append(str(result[WARNING]))
         if not result.get(FINAL):
-            rec.history.append(metrics)
+            _append(rec.history, metrics)
+            self.journal.write(trial_id, "metrics", metrics)
         if status in ("unstable", "crash"):
             evidence = result.get(EVIDENCE) or "{}"
             try:
@@ -104,12 +178,15 @@ class TrialBook:
             rec.set_failure(status, Verdict(result.get(REASON) or "crash",
                                             int(result.get(STOP_STEP) or 0), evidence))
             rec.error = result.get(TRACEBACK)
+            self._save_outcome(rec)
         elif status == "ok":
             rec.status = "ok"
+            self._save_outcome(rec)
         else:
             verdict = rules.evaluate(rec.history, trial_settings(self.sweep, rec.values))
             if verdict is not None:
                 rec.set_failure("unstable", verdict)
+                self._save_outcome(rec)
         return rec
 
     def finish(self, trial_id: str, result: Mapping[str, Any] | None, error: bool) -> TrialRecord:
@@ -127,6 +204,8 @@ class TrialBook:
             else:
                 rec.status = "pruned"
         rec.finished = True
+        self._save_outcome(rec)
+        self.journal.close(trial_id)
         return rec
 
     def objective_values(self, rec: TrialRecord, objs: list[Objective]) -> list[float | None]:
@@ -160,6 +239,17 @@ class TrialBook:
         return max(seen) if obj.mode == "min" else min(seen)
 
 
+def _append(history: list[dict[str, Any]], metrics: dict[str, Any]) -> None:
+    """Add a report; a trial restarted from scratch or a checkpoint rewinds its history."""
+    step = metrics.get("step")
+    last = history[-1].get("step") if history else None
+    if isinstance(step, (int, float)) and isinstance(last, (int, float)) and step < last:
+        while history and isinstance(history[-1].get("step"), (int, float)) and \
+                history[-1]["step"] >= step:
+            history.pop()
+    history.append(metrics)
+
+
 class RuleStopper(Stopper):
     """Ray Tune stopper running the same rules on the driver as in the trial."""
 
@@ -167,7 +257,9 @@ class RuleStopper(Stopper):
         self.book = book
 
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
-        return self.book.record(trial_id, result).failed
+        rec = self.book.record(trial_id, result)
+        # a trial the journal shows finished is being re-run after a driver restart: stop it
+        return rec.failed or rec.finished
 
     def stop_all(self) -> bool:
         return False

@@ -6,6 +6,7 @@ import argparse
 import math
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -124,6 +125,27 @@ def cmd_stability(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_resume(args: argparse.Namespace) -> int:
+    from sweeps.pipeline import resume_sweep
+
+    outcome = resume_sweep(Path(args.dir), address=args.address, progress=not args.quiet,
+                           tracking_uri=args.tracking_uri)
+    print_outcome(outcome)
+    return 0
+
+
+def cmd_best(args: argparse.Namespace) -> int:
+    folder = Path(args.dir)
+    files = sorted((folder / "stable").glob("rank-*.yaml"))
+    if not folder.is_dir():
+        raise SpecError("DIR", f"no results folder at {folder}", "give e.g. results/<name>")
+    if not files:
+        print(f"no confirmed stable config in {folder / 'stable'}", file=sys.stderr)
+        return 1
+    print(files[0])
+    return 0
+
+
 def cmd_preflight(args: argparse.Namespace) -> int:
     from sweeps.pipeline import preflight
     from sweeps.spec import load_sweep
@@ -177,6 +199,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-preflight", action="store_true",
                    help="skip the checks of compile modes, LR schedule and input scale")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("resume", help="continue a sweep whose driver died")
+    p.add_argument("dir", help="the sweep's results folder, e.g. results/direction-demo")
+    p.add_argument("--address", default=None)
+    p.add_argument("--tracking-uri", default=None)
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_resume)
+
+    p = sub.add_parser("best", help="print the path of the top confirmed stable YAML")
+    p.add_argument("dir", help="the sweep's results folder")
+    p.set_defaults(func=cmd_best)
 
     p = sub.add_parser("stability", help="grid over one knob (x a second) on several seeds")
     p.add_argument("file")

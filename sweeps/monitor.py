@@ -77,8 +77,8 @@ class Monitor:
     ) -> dict[str, float]:
         """Metrics for this step. Call after ``backward()``, before clip and ``zero_grad``.
 
-        ``pred`` and ``target`` add ``pred_std`` and ``target_std`` (the collapse
-        rule compares them).
+        ``pred`` and ``target`` add ``pred_std`` and ``target_std``: the std over
+        the batch, averaged over outputs (the collapse rule compares them).
         """
         metrics: dict[str, float] = {}
         if loss is not None:
@@ -93,7 +93,19 @@ class Monitor:
         if self._grad_clip is not None:
             metrics["clipped"] = 1.0 if grad_norm > self._grad_clip else 0.0
         if pred is not None:
-            metrics["pred_std"] = float(pred.detach().float().std().item())
+            metrics["pred_std"] = spread(pred)
         if target is not None:
-            metrics["target_std"] = float(target.detach().float().std().item())
+            metrics["target_std"] = spread(target)
         return metrics
+
+
+def spread(values: torch.Tensor) -> float:
+    """Std over the batch (first dim), averaged over outputs.
+
+    A model that predicts one constant per output has spread 0 even when the
+    constants differ between outputs.
+    """
+    v = values.detach().float()
+    if v.ndim < 2 or v.shape[0] < 2:
+        return float(v.std().item()) if v.numel() > 1 else 0.0
+    return float(v.reshape(v.shape[0], -1).std(dim=0).mean().item())

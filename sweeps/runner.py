@@ -49,9 +49,15 @@ def _run_config(sweep: Sweep, name: str, book: TrialBook, total: int,
         checkpoint_config=tune.CheckpointConfig(num_to_keep=1))
 
 
-def run_search(sweep: Sweep, book: TrialBook, *, progress: bool = True) -> StabilityAwareSearch:
-    """Run the Optuna-guided search; every trial ends up in ``book``."""
+def run_search(sweep: Sweep, book: TrialBook, *, progress: bool = True,
+               resume: bool = False) -> None:
+    """Run the Optuna-guided search (or continue it from Ray Tune's experiment state)."""
     budget = sweep.spec.budget
+    path = sweep.output_dir / "ray"
+    if resume and tune.Tuner.can_restore(str(path)):
+        tune.Tuner.restore(str(path), _trainable(sweep), resume_unfinished=True,
+                           resume_errored=True).fit()
+        return
     searcher = StabilityAwareSearch(sweep, book, storage=study_storage(sweep))
     tuner = tune.Tuner(
         _trainable(sweep),
@@ -60,13 +66,18 @@ def run_search(sweep: Sweep, book: TrialBook, *, progress: bool = True) -> Stabi
             max_concurrent_trials=budget.concurrent, reuse_actors=True),
         run_config=_run_config(sweep, "ray", book, budget.trials, progress))
     tuner.fit()
-    return searcher
 
 
 def run_configs(sweep: Sweep, book: TrialBook, configs: list[dict[str, Any]], name: str,
-                *, progress: bool = True) -> None:
+                *, progress: bool = True, resume: bool = False) -> None:
     """Run fixed trial configs (knob values plus ``_seed``/``_lr_scale``/``_role``)."""
     if not configs:
+        return
+    path = sweep.output_dir / name
+    if resume and tune.Tuner.can_restore(str(path)):
+        results = tune.Tuner.restore(str(path), _trainable(sweep), resume_unfinished=True,
+                                     resume_errored=True).fit()
+        _finish_all(book, results)
         return
     tuner = tune.Tuner(
         _trainable(sweep),
@@ -74,7 +85,10 @@ def run_configs(sweep: Sweep, book: TrialBook, configs: list[dict[str, Any]], na
         tune_config=tune.TuneConfig(max_concurrent_trials=sweep.spec.budget.concurrent,
                                     reuse_actors=True),
         run_config=_run_config(sweep, name, book, len(configs), progress))
-    results = tuner.fit()
+    _finish_all(book, tuner.fit())
+
+
+def _finish_all(book: TrialBook, results: Any) -> None:
     for result in results:
         if result.metrics is not None and "trial_id" in result.metrics:
             book.finish(result.metrics["trial_id"], result.metrics, result.error is not None)

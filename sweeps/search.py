@@ -19,7 +19,8 @@ import optuna
 from ray.tune.search.optuna import OptunaSearch
 
 from sweeps.book import TrialBook
-from sweeps.space import optuna_space
+from sweeps.config_paths import get_path
+from sweeps.space import central_value, contains, optuna_space
 from sweeps.spec import Sweep
 
 #: Optuna constraint name: 1.0 (violated) for a trial that ended unstable or crashed.
@@ -40,6 +41,22 @@ def study_storage(sweep: Sweep) -> optuna.storages.BaseStorage:
     return optuna.storages.RDBStorage(f"sqlite:///{sweep.output_dir / 'optuna.db'}")
 
 
+def initial_points(sweep: Sweep) -> list[dict[str, Any]]:
+    """The sweep's initial points with every searched knob filled in.
+
+    A knob a point leaves out takes the base config's value when the space
+    allows it, else the middle of its range.
+    """
+    varying = optuna_space(sweep.space)
+    defaults: dict[str, Any] = {}
+    for name in varying:
+        current = get_path(sweep.base_config, sweep.spec.write_back[name], None)
+        ok = current is not None and contains(sweep.space[name], current)
+        defaults[name] = current if ok else central_value(sweep.space[name])
+    return [{**defaults, **{k: v for k, v in p.items() if k in varying}}
+            for p in sweep.spec.initial_points]
+
+
 class StabilityAwareSearch(OptunaSearch):
     """``OptunaSearch`` that tells Optuna each trial's real outcome (see module doc)."""
 
@@ -53,7 +70,7 @@ class StabilityAwareSearch(OptunaSearch):
         super().__init__(space=optuna_space(sweep.space), metric=metrics if multi else metrics[0],
                          mode=modes if multi else modes[0], sampler=make_sampler(sweep),
                          study_name=sweep.name, storage=storage,
-                         points_to_evaluate=[dict(p) for p in sweep.spec.initial_points] or None)
+                         points_to_evaluate=initial_points(sweep) or None)
 
     @property
     def study(self) -> optuna.Study:
@@ -73,6 +90,9 @@ class StabilityAwareSearch(OptunaSearch):
             return
         rec = self.book.finish(trial_id, result, error)
         ot_trial = self._ot_trials[trial_id]
+        if self._ot_study._storage.get_trial(ot_trial._trial_id).state.is_finished():
+            self._completed_trials.add(trial_id)  # told before the driver restarted
+            return
         ot_trial.set_user_attr("ray_trial_id", trial_id)
         ot_trial.set_user_attr("status", rec.status)
         ot_trial.set_constraint(CONSTRAINT, 1.0 if rec.failed else 0.0)
@@ -86,3 +106,17 @@ class StabilityAwareSearch(OptunaSearch):
             values = self.book.penalised_values(rec, self.objectives)
             self._ot_study.tell(ot_trial, values if len(values) > 1 else values[0])
         self._completed_trials.add(trial_id)
+
+
+def fail_interrupted(sweep: Sweep) -> int:
+    """Tell Optuna FAIL for trials left RUNNING by a driver that died; returns how many."""
+    storage = study_storage(sweep)
+    try:
+        study = optuna.load_study(study_name=sweep.name, storage=storage)
+    except KeyError:
+        return 0
+    stale = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    for trial in stale:
+        study._storage.set_trial_user_attr(trial._trial_id, "status", "interrupted")
+        study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
+    return len(stale)

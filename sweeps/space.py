@@ -138,3 +138,15 @@ def central_value(knob: _Knob) -> Any:
         mid = (knob.low + knob.high) // 2
         return knob.low + (mid - knob.low) // knob.step * knob.step
     raise TypeError(type(knob))
+
+
+def contains(knob: _Knob, value: Any) -> bool:
+    """Whether ``value`` is one the knob can take."""
+    if knob.is_fixed():
+        return value == fixed_value(knob)
+    if isinstance(knob, Categorical):
+        return value in knob.choices
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    dist = knob.distribution()
+    return bool(dist._contains(dist.to_internal_repr(value)))

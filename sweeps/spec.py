@@ -29,6 +29,7 @@ from sweeps.space import (
     LogUniform,
     Uniform,
     _Knob,
+    contains,
 )
 from sweeps.trainer_loader import load_trainer, search_paths
 
@@ -300,17 +301,9 @@ def _check_initial_points(points: list[dict[str, Any]], space: dict[str, _Knob])
                                 f"use one of {', '.join(space)}")
             if knob.is_fixed():
                 raise SpecError(key, "this knob is fixed", "leave it out of initial_points")
-            dist = knob.distribution()
-            if not _representable(knob, value) or not dist._contains(
-                    dist.to_internal_repr(value)):
+            if not contains(knob, value):
                 raise SpecError(key, f"{value!r} is outside the knob's range",
                                 "give a value the search space allows")
-
-
-def _representable(knob: _Knob, value: Any) -> bool:
-    if isinstance(knob, Categorical):
-        return value in knob.choices
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _check_compile(knob: _Knob, key: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,13 +11,16 @@ import pandas as pd
 
 from sweeps import stability
 from sweeps.atomic import write_text
-from sweeps.book import TrialBook
+from sweeps.book import TrialBook, close_books, open_book
 from sweeps.errors import SpecError
 from sweeps.ray_session import ray_running
 from sweeps.results import write_csv, write_histories
 from sweeps.runner import run_configs
 from sweeps.spec import Sweep
 from sweeps.tryout import try_values
+
+#: Folder (under the results folder) for the stability runs' journals and histories.
+FOLDER = "stability_trials"
 
 
 @dataclass
@@ -54,10 +58,15 @@ def run_stability(sweep: Sweep, param: str, values: list[Any], *, seeds: int = 3
     base = {k: v for k, v in try_values(sweep, {}).items() if k not in names}
     runs = stability.plan(base, param, values, [sweep.spec.seed + i for i in range(seeds)], second)
     sweep.output_dir.mkdir(parents=True, exist_ok=True)
-    book = TrialBook(sweep)
-    with ray_running(address):
-        run_configs(sweep, book, runs, "stability", progress=progress)
-    return write_stability(sweep, book, names)
+    close_books()
+    shutil.rmtree(sweep.output_dir / FOLDER, ignore_errors=True)
+    book = open_book(sweep, FOLDER)
+    try:
+        with ray_running(address):
+            run_configs(sweep, book, runs, "stability", progress=progress)
+        return write_stability(sweep, book, names)
+    finally:
+        close_books()
 
 
 def write_stability(sweep: Sweep, book: TrialBook, names: list[str]) -> StabilityOutcome:
@@ -71,7 +80,7 @@ def write_stability(sweep: Sweep, book: TrialBook, names: list[str]) -> Stabilit
     warnings = stability.clip_warnings(rows)
     files = [out / "stability.csv", out / "stability.md"]
     write_csv(files[0], table)
-    write_histories(out / "trials", book)
+    write_histories(out / FOLDER, book)
     md = [f"# Stability of {sweep.name} over {' × '.join(names)}", "",
           table.to_markdown(index=False), "",
           f"- boundary: {_edge(below, above)}",

@@ -45,9 +45,16 @@ def trial_values(sweep: Sweep, config: dict[str, Any]) -> dict[str, Any]:
 
 
 def trial_settings(sweep: Sweep, values: dict[str, Any]) -> RuleSettings:
-    """Rule settings for one trial: the warmup knob tells lr_anomaly when warmup ends."""
+    """Rule settings for one trial: the warmup knob says when warmup ends.
+
+    lr_anomaly does not judge a zero LR during warmup, and collapse does not judge
+    predictions before warmup has ended (a model may start collapsed and recover).
+    """
     if "warmup" in values and values["warmup"] is not None:
-        return sweep.spec.rules.model_copy(update={"warmup_steps": int(values["warmup"])})
+        warmup = int(values["warmup"])
+        rules = sweep.spec.rules
+        return rules.model_copy(update={
+            "warmup_steps": warmup, "collapse_min_step": max(rules.collapse_min_step, warmup)})
     return sweep.spec.rules
 
 

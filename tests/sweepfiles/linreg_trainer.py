@@ -6,6 +6,8 @@ then overflowing to inf/NaN), an LR below ~1e-3 leaves the loss at the target
 variance (the random-prediction baseline, 1.0 here) for the whole budget.
 """
 
+import time
+
 import torch
 
 from sweeps import Monitor, compile_model
@@ -46,4 +48,6 @@ def train(config, report):
             with torch.no_grad():
                 metrics["val_loss"] = float(torch.nn.functional.mse_loss(model(x[384:]),
                                                                          y[384:]))
+        if t.get("sleep"):
+            time.sleep(float(t["sleep"]))
         report(metrics)
