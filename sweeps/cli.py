@@ -64,7 +64,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from sweeps.pipeline import run_sweep
     from sweeps.spec import load_sweep
 
-    sweep = load_sweep(args.file)
+    sweep = load_sweep(args.file, output=args.output)
     for note in sweep.notes:
         err_console.print(f"note: {note}")
     outcome = run_sweep(sweep, address=args.address, progress=not args.quiet,
@@ -196,6 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MLflow tracking URI (default: MLFLOW_TRACKING_URI or "
                         "sqlite in the results folder)")
     p.add_argument("--quiet", action="store_true", help="no per-trial progress lines")
+    p.add_argument("--output", "--storage", dest="output", default=None,
+                   help="results root folder (overrides the sweep file's output:); on a "
+                        "cluster, a path every node and the driver can reach")
     p.add_argument("--no-preflight", action="store_true",
                    help="skip the checks of compile modes, LR schedule and input scale")
     p.set_defaults(func=cmd_run)

@@ -161,12 +161,15 @@ def read_yaml(path: Path, key: str) -> Any:
                         "fix the YAML syntax (indentation, colons, quotes)") from exc
 
 
-def load_sweep(path: str | Path, *, import_trainer: bool = True) -> Sweep:
-    """Read and validate a sweep file."""
+def load_sweep(path: str | Path, *, import_trainer: bool = True,
+               output: str | None = None) -> Sweep:
+    """Read and validate a sweep file; ``output`` overrides its ``output:`` folder."""
     path = Path(path)
     if not path.is_file():
         raise SpecError("FILE", f"no sweep file at {path}", "give the path of a sweep YAML file")
     data = read_yaml(path, "FILE")
+    if output is not None and isinstance(data, dict):
+        data = {**data, "output": output}
     sweep = load_sweep_dict(data, base_dir=path.parent, import_trainer=import_trainer)
     sweep.source = path.resolve()
     return sweep
