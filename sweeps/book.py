@@ -9,11 +9,12 @@ one :class:`TrialBook`. Only the driver writes files and tracking data.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ray.tune import Stopper
+from ray.tune import Callback, Stopper
 
 from sweeps import objectives, rules
 from sweeps.journal import Journal
@@ -55,6 +56,8 @@ class TrialRecord:
     evidence: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     warnings: list[str] = field(default_factory=list)
+    retries: int = 0
+    last_seen: float = field(default_factory=time.monotonic)
     finished: bool = False
 
     def set_failure(self, status: str, verdict: Verdict) -> None:
@@ -115,6 +118,8 @@ class TrialBook:
                                       lr_scale=float(payload.get("lr_scale", 1.0)))
                 elif rec is not None and kind == "metrics":
                     _append(rec.history, payload)
+                elif rec is not None and kind == "retry":
+                    rec.retries = int(payload.get("retries", rec.retries + 1))
                 elif rec is not None and kind == "outcome":
                     rec.status, rec.reason = payload["status"], payload.get("reason")
                     rec.stop_step = payload.get("stop_step")
@@ -163,6 +168,7 @@ class TrialBook:
             return rec
         metrics = {k: v for k, v in result.items()
                    if k not in _TUNE_KEYS and not k.startswith("sweeps/")}
+        rec.last_seen = time.monotonic()
         status = result.get(STATUS, "running")
         if result.get(WARNING) and not result.get(FINAL):
             rec.warnings.append(str(result[WARNING]))
@@ -187,6 +193,24 @@ class TrialBook:
             if verdict is not None:
                 rec.set_failure("unstable", verdict)
                 self._save_outcome(rec)
+        return rec
+
+    def mark_retry(self, trial_id: str) -> None:
+        """The trial's worker died and Ray Tune restarts it from its last checkpoint."""
+        rec = self.trials.get(trial_id)
+        if rec is not None:
+            rec.retries += 1
+            self.journal.write(trial_id, "retry", {"retries": rec.retries})
+
+    def mark_hung(self, trial_id: str, config: Mapping[str, Any] | None, silent_s: float,
+                  timeout: float) -> TrialRecord:
+        """The trial went ``silent_s`` seconds without reporting: stop it as ``hung``."""
+        rec = self._get(trial_id, config)
+        if not rec.failed and not rec.finished:
+            step = rec.history[-1].get("step", 0) if rec.history else 0
+            rec.set_failure("crash", Verdict("hung", int(step), {
+                "silent_s": round(silent_s, 1), "timeout_s": timeout}))
+            self._save_outcome(rec)
         return rec
 
     def finish(self, trial_id: str, result: Mapping[str, Any] | None, error: bool) -> TrialRecord:
@@ -263,3 +287,13 @@ class RuleStopper(Stopper):
 
     def stop_all(self) -> bool:
         return False
+
+
+class TrialEvents(Callback):
+    """Ray Tune callback: counts the retries of trials whose worker died."""
+
+    def __init__(self, book: TrialBook) -> None:
+        self.book = book
+
+    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self.book.mark_retry(trial.trial_id)

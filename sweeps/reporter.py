@@ -63,17 +63,21 @@ class TrialReporter:
     """
 
     def __init__(self, settings: RuleSettings, sink: Callable[[dict[str, Any]], None],
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter,
+                 checkpoint_sink: Callable[[dict[str, Any], Any], None] | None = None) -> None:
         self.settings = settings
         self.history: list[dict[str, Any]] = []
         self.verdict: Verdict | None = None
         self.warnings: list[dict[str, Any]] = []
         self._sink = sink
+        self._checkpoint_sink = checkpoint_sink
         self._clock = clock
         self._last_time = clock()
         self._last_step = 0
 
-    def __call__(self, metrics: Mapping[str, Any]) -> None:
+    def __call__(self, metrics: Mapping[str, Any], checkpoint: Any = None) -> None:
+        """Record, judge and forward one report; ``checkpoint`` is optional trainer state
+        (anything ``torch.save`` takes) that a retried trial gets back."""
         if self.verdict is not None:
             raise TrialStopped(self.verdict)
         now = self._clock()
@@ -97,7 +101,10 @@ class TrialReporter:
         if verdict is not None:
             self.verdict = verdict
             result.update(unstable_fields(verdict))
-        self._sink(result)
+        if checkpoint is not None and self._checkpoint_sink is not None and verdict is None:
+            self._checkpoint_sink(result, checkpoint)
+        else:
+            self._sink(result)
         if verdict is not None:
             raise TrialStopped(verdict)
 

@@ -23,6 +23,7 @@ def trial_row(sweep: Sweep, book: TrialBook, rec: TrialRecord) -> dict[str, Any]
         "trial_id": rec.trial_id, "role": rec.role, "status": rec.status,
         "reason": rec.reason or "", "stop_step": rec.stop_step, "seed": rec.seed,
         "steps": rec.history[-1].get("step") if rec.history else 0,
+        "retries": rec.retries,
     }
     row.update({k: rec.values.get(k) for k in sweep.space})
     for obj, value in zip(sweep.objectives, book.objective_values(rec, sweep.objectives),

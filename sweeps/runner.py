@@ -5,16 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from ray import tune
-from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
+from ray.tune.schedulers import TrialScheduler
 
-from sweeps.book import RuleStopper, TrialBook
+from sweeps.book import RuleStopper, TrialBook, TrialEvents
+from sweeps.hang import WatchedASHA, WatchedFIFO
 from sweeps.progress import ProgressLines
 from sweeps.search import StabilityAwareSearch, study_storage
 from sweeps.spec import Sweep
 from sweeps.trainable import ray_trainable
 
 
-def make_scheduler(sweep: Sweep) -> TrialScheduler:
+def make_scheduler(sweep: Sweep, book: TrialBook) -> TrialScheduler:
     """ASHA on the first objective (quality), judged at its reports; stability is the rules' job.
 
     ASHA takes one metric while the search may have several objectives: ASHA
@@ -22,15 +23,15 @@ def make_scheduler(sweep: Sweep) -> TrialScheduler:
     unstable ones at once, so the two never judge the same thing.
     """
     budget = sweep.spec.budget
-    if budget.scheduler == "none" or budget.trials < 4:
-        return FIFOScheduler()
     first = sweep.objectives[0]
-    if first.metric in ("instability", "step_time", "compile_s"):
-        return FIFOScheduler()
+    if budget.scheduler == "none" or budget.trials < 4 or first.metric in (
+            "instability", "step_time", "compile_s"):
+        return WatchedFIFO().watch(book, budget.hang_timeout)
     grace = budget.grace_steps or max(1, budget.max_steps // 4)
-    return ASHAScheduler(time_attr="step", metric=first.metric, mode=first.mode,
-                         max_t=budget.max_steps, grace_period=min(grace, budget.max_steps),
-                         reduction_factor=3, stop_last_trials=False)
+    return WatchedASHA(time_attr="step", metric=first.metric, mode=first.mode,
+                       max_t=budget.max_steps, grace_period=min(grace, budget.max_steps),
+                       reduction_factor=3, stop_last_trials=False).watch(
+                           book, budget.hang_timeout)
 
 
 def _trainable(sweep: Sweep) -> Any:
@@ -41,11 +42,11 @@ def _trainable(sweep: Sweep) -> Any:
 
 def _run_config(sweep: Sweep, name: str, book: TrialBook, total: int,
                 progress: bool) -> tune.RunConfig:
-    callbacks = [ProgressLines(book, total)] if progress else []
+    callbacks = [TrialEvents(book)] + ([ProgressLines(book, total)] if progress else [])
     return tune.RunConfig(
         name=name, storage_path=str(sweep.output_dir), stop=RuleStopper(book),
         callbacks=callbacks, verbose=0,
-        failure_config=tune.FailureConfig(max_failures=0),
+        failure_config=tune.FailureConfig(max_failures=sweep.spec.budget.max_failures),
         checkpoint_config=tune.CheckpointConfig(num_to_keep=1))
 
 
@@ -62,7 +63,7 @@ def run_search(sweep: Sweep, book: TrialBook, *, progress: bool = True,
     tuner = tune.Tuner(
         _trainable(sweep),
         tune_config=tune.TuneConfig(
-            search_alg=searcher, scheduler=make_scheduler(sweep), num_samples=budget.trials,
+            search_alg=searcher, scheduler=make_scheduler(sweep, book), num_samples=budget.trials,
             max_concurrent_trials=budget.concurrent, reuse_actors=True),
         run_config=_run_config(sweep, "ray", book, budget.trials, progress))
     tuner.fit()
@@ -82,8 +83,9 @@ def run_configs(sweep: Sweep, book: TrialBook, configs: list[dict[str, Any]], na
     tuner = tune.Tuner(
         _trainable(sweep),
         param_space={"_run": tune.grid_search(configs)},
-        tune_config=tune.TuneConfig(max_concurrent_trials=sweep.spec.budget.concurrent,
-                                    reuse_actors=True),
+        tune_config=tune.TuneConfig(
+            max_concurrent_trials=sweep.spec.budget.concurrent, reuse_actors=True,
+            scheduler=WatchedFIFO().watch(book, sweep.spec.budget.hang_timeout)),
         run_config=_run_config(sweep, name, book, len(configs), progress))
     _finish_all(book, tuner.fit())
 

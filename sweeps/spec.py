@@ -60,6 +60,13 @@ class Budget(_Strict):
         default="asha", description="early stopping of poor but stable trials")
     grace_steps: int | None = Field(
         default=None, ge=1, description="steps before ASHA may stop a trial (max_steps/4)")
+    hang_timeout: float | None = Field(
+        default=900.0, gt=0, description="seconds a trial may go without reporting before it "
+        "is stopped as hung (the first report includes data loading and compilation); "
+        "null = never")
+    max_failures: int = Field(
+        default=2, ge=0, description="retries of a trial whose worker died, from its last "
+        "checkpoint")
 
 
 class Confirm(_Strict):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from sweeps.failures import classify, format_exception
@@ -67,7 +69,8 @@ def prepare_process(sweep: Sweep, threads: int) -> None:
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
 
 
-def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink) -> TrialReporter:
+def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink,
+                checkpoint_sink=None, checkpoint_path: str | None = None) -> TrialReporter:
     """Run the user's trainer once with a judging ``report``; never raises for trainer errors.
 
     The last result handed to ``sink`` always carries the trial's outcome
@@ -76,8 +79,10 @@ def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink) -> Tr
     values = trial_values(sweep, config)
     seed = int(config.get(SEED_KEY, sweep.spec.seed))
     trainer = load_trainer(sweep.spec.trainer, sweep.trainer_paths)
-    reporter = TrialReporter(trial_settings(sweep, values), sink)
+    reporter = TrialReporter(trial_settings(sweep, values), sink,
+                             checkpoint_sink=checkpoint_sink)
     trial_config = sweep.trial_config(values, trial_id=trial_id, seed=seed)
+    trial_config["sweep"]["checkpoint"] = checkpoint_path
     try:
         trainer(trial_config, reporter)
     except TrialStopped:
@@ -107,4 +112,25 @@ def ray_trainable(config: dict[str, Any], sweep: Sweep) -> None:
 
     prepare_process(sweep, int(sweep.spec.resources.cpu))
     config = flat_config(config)
-    run_trainer(sweep, config, tune.get_context().get_trial_id(), tune.report)
+    restored = tune.get_checkpoint()
+    with tempfile.TemporaryDirectory(prefix="sweeps-ckpt-") as local:
+        path = None
+        if restored is not None:
+            restored.to_directory(local)
+            path = str(Path(local) / CHECKPOINT_FILE)
+        run_trainer(sweep, config, tune.get_context().get_trial_id(), tune.report,
+                    checkpoint_sink=_ray_checkpoint, checkpoint_path=path)
+
+
+#: File name of a trainer's state inside a Ray Tune checkpoint.
+CHECKPOINT_FILE = "trainer_state.pt"
+
+
+def _ray_checkpoint(result: dict[str, Any], state: Any) -> None:
+    """Report ``result`` to Ray Tune with the trainer's ``state`` as its checkpoint."""
+    import torch
+    from ray import tune
+
+    with tempfile.TemporaryDirectory(prefix="sweeps-ckpt-") as folder:
+        torch.save(state, Path(folder) / CHECKPOINT_FILE)
+        tune.report(result, checkpoint=tune.Checkpoint.from_directory(folder))

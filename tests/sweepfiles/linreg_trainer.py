@@ -6,6 +6,7 @@ then overflowing to inf/NaN), an LR below ~1e-3 leaves the loss at the target
 variance (the random-prediction baseline, 1.0 here) for the whole budget.
 """
 
+import os
 import time
 
 import torch
@@ -33,7 +34,18 @@ def train(config, report):
     forward = compile_model(model, t.get("compile", "none"))
     opt = torch.optim.SGD(model.parameters(), lr=float(t["lr"]))
     monitor = Monitor(model, opt)
-    for step in range(1, steps + 1):
+    first = 1
+    if run.get("checkpoint"):  # a retried trial continues from its last checkpoint
+        state = torch.load(run["checkpoint"])
+        model.load_state_dict(state["model"])
+        first = state["step"] + 1
+    if t.get("pid_dir"):
+        os.makedirs(t["pid_dir"], exist_ok=True)
+        with open(os.path.join(t["pid_dir"], f"{run['trial_id']}.pid"), "w") as fh:
+            fh.write(str(os.getpid()))
+    for step in range(first, steps + 1):
+        if t.get("hang_at") == step:
+            time.sleep(3600)  # a hung data loader
         idx = torch.randint(0, 384, (64,))
         pred = forward(x[idx])
         loss = torch.nn.functional.mse_loss(pred, y[idx])
@@ -50,4 +62,8 @@ def train(config, report):
                                                                          y[384:]))
         if t.get("sleep"):
             time.sleep(float(t["sleep"]))
-        report(metrics)
+        every = int(t.get("checkpoint_every", 0))
+        if every and step % every == 0:
+            report(metrics, checkpoint={"model": model.state_dict(), "step": step})
+        else:
+            report(metrics)
