@@ -1,27 +1,43 @@
-"""Progress lines while a sweep runs: one per finished trial, and a tally."""
+"""Progress while a sweep runs: a live panel on a terminal, plain lines elsewhere.
+
+On a terminal (rich ``Live``): trials running and done, outcomes by status and
+failure reason, the best stable quality so far, elapsed and estimated time
+left, with one line printed above the panel per finished trial. Not on a
+terminal (CI logs, files): just those lines, each followed by the tally.
+"""
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from typing import Any
 
 from ray.tune import Callback
 from rich.console import Console
+from rich.live import Live
+from rich.table import Table
 
-from sweeps.book import TrialBook
+from sweeps import objectives
+from sweeps.book import TrialBook, TrialRecord
 
 
 class ProgressLines(Callback):
-    """Prints each trial's outcome as it ends, with running counts and best so far."""
+    """Ray Tune callback that shows the sweep's progress (see the module docstring)."""
 
-    def __init__(self, book: TrialBook, total: int, console: Console | None = None) -> None:
+    def __init__(self, book: TrialBook, total: int, console: Console | None = None,
+                 live: bool | None = None) -> None:
         self.book = book
         self.total = total
         self._console = console
+        self._live_wanted = live
+        self._live: Live | None = None
+        self._last_draw = 0.0
         self.start = time.monotonic()
         self.done = 0
+        self.running = 0
         self.counts: Counter[str] = Counter()
+        self.best: tuple[float, str] | None = None
 
     @property
     def console(self) -> Console:
@@ -31,25 +47,96 @@ class ProgressLines(Callback):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_console"] = None  # a Console holds locks; Ray Tune pickles its callbacks
+        state["_console"] = None  # a Console and a Live hold locks; Tune pickles callbacks
+        state["_live"] = None
         return state
 
+    # -- Ray Tune hooks
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        self.running = sum(1 for t in trials if t.status == "RUNNING")
+        if self._use_live() and time.monotonic() - self._last_draw > 0.5:
+            self._draw()
+
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._report(trial, error=False)
+        self._finished(trial, error=False)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._report(trial, error=True)
+        self._finished(trial, error=True)
 
-    def _report(self, trial: Any, error: bool) -> None:
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        if self._live is not None:
+            self.running = 0
+            self._live.update(self.panel())
+            self._live.stop()
+            self._live = None
+
+    # -- drawing
+    def _use_live(self) -> bool:
+        wanted = self._live_wanted
+        return self.console.is_terminal if wanted is None else wanted
+
+    def _draw(self) -> None:
+        self._last_draw = time.monotonic()
+        if self._live is None:
+            self._live = Live(self.panel(), console=self.console, refresh_per_second=4,
+                              transient=False)
+            self._live.start()
+        else:
+            self._live.update(self.panel())
+
+    def _finished(self, trial: Any, error: bool) -> None:
         rec = self.book.finish(trial.trial_id, trial.last_result, error)
         self.done += 1
         self.counts[rec.reason or rec.status] += 1
-        elapsed = time.monotonic() - self.start
-        eta = elapsed / self.done * max(0, self.total - self.done)
+        self._update_best(rec)
+        self.console.print(self.line(rec))
+        if self._use_live():
+            self._draw()
+        else:
+            self.console.print(f"    {self.tally()}", style="dim")
+
+    def _update_best(self, rec: TrialRecord) -> None:
+        if rec.status != "ok" or not self.book.sweep.objectives:
+            return
+        first = self.book.sweep.objectives[0]
+        value = objectives.metric_value(rec.history, first.metric)
+        if value is None or not math.isfinite(value):
+            return
+        key = value if first.mode == "min" else -value
+        if self.best is None or key < self.best[0]:
+            self.best = (key, f"{first.metric} {value:.4g} ({rec.trial_id})")
+
+    def line(self, rec: TrialRecord) -> str:
         knobs = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
                          for k, v in rec.values.items())
         what = rec.status if not rec.reason else f"{rec.status} ({rec.reason} @ {rec.stop_step})"
-        tally = ", ".join(f"{k} {n}" for k, n in sorted(self.counts.items()))
-        self.console.print(f"[{self.done}/{self.total}] {rec.trial_id} {what}  {knobs}")
-        self.console.print(f"    {tally} | elapsed {elapsed:.0f}s, ~{eta:.0f}s left",
-                           style="dim")
+        return f"[{self.done}/{self.total}] {rec.trial_id} {what}  {knobs}"
+
+    def eta(self) -> tuple[float, float]:
+        elapsed = time.monotonic() - self.start
+        left = elapsed / self.done * max(0, self.total - self.done) if self.done else math.nan
+        return elapsed, left
+
+    def tally(self) -> str:
+        elapsed, left = self.eta()
+        counts = ", ".join(f"{k} {n}" for k, n in sorted(self.counts.items()))
+        best = f" | best {self.best[1]}" if self.best else ""
+        eta = "?" if math.isnan(left) else f"~{left:.0f}s"
+        return f"{counts}{best} | elapsed {elapsed:.0f}s, {eta} left"
+
+    def panel(self) -> Table:
+        elapsed, left = self.eta()
+        table = Table(title=f"sweep {self.book.sweep.name}", show_header=False, box=None)
+        table.add_column(style="bold")
+        table.add_column()
+        table.add_row("trials", f"{self.done}/{self.total} done, {self.running} running")
+        by_status = {k: n for k, n in self.counts.items() if k in ("ok", "pruned")}
+        table.add_row("finished", ", ".join(f"{k} {n}" for k, n in sorted(by_status.items()))
+                      or "-")
+        failed = {k: n for k, n in self.counts.items() if k not in ("ok", "pruned")}
+        table.add_row("failed", ", ".join(f"{k} {n}" for k, n in sorted(failed.items()))
+                      or "-")
+        table.add_row("best so far", self.best[1] if self.best else "-")
+        eta = "?" if math.isnan(left) else f"~{left:.0f}s"
+        table.add_row("time", f"{elapsed:.0f}s elapsed, {eta} left")
+        return table

@@ -1,0 +1,59 @@
+"""The progress view: plain lines off a terminal, a live panel on one."""
+
+from __future__ import annotations
+
+import io
+from types import SimpleNamespace
+
+from rich.console import Console
+
+from sweeps.book import TrialBook
+from sweeps.progress import ProgressLines
+from sweeps.spec import load_sweep
+
+
+def _trial(trial_id, lr, steps, val, reason=None):
+    history = [{"step": s, "loss": 1.0 / s} for s in range(1, steps + 1)]
+    history[-1]["val_loss"] = val
+    last = {**history[-1], "config": {"lr": lr}}
+    if reason:
+        last.update({"sweeps/status": "unstable", "sweeps/reason": reason,
+                     "sweeps/stop_step": steps, "sweeps/evidence": "{}"})
+    else:
+        last.update({"sweeps/status": "ok", "sweeps/final": 1})
+    return SimpleNamespace(trial_id=trial_id, last_result=last, status="TERMINATED",
+                           history=history)
+
+
+def _feed(progress, book, trial):
+    for h in trial.history[:-1]:
+        book.record(trial.trial_id, {**h, "config": trial.last_result["config"]})
+    book.record(trial.trial_id, trial.last_result)
+    progress.on_trial_complete(0, [], trial)
+
+
+def test_plain_lines_with_tally_and_best(linreg_dir, monkeypatch):
+    monkeypatch.chdir(linreg_dir)
+    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml"))
+    out = io.StringIO()
+    progress = ProgressLines(book, 3, console=Console(file=out, width=200))
+    _feed(progress, book, _trial("a", 0.1, 20, 0.5))
+    _feed(progress, book, _trial("b", 20.0, 4, float("nan"), reason="non_finite"))
+    _feed(progress, book, _trial("c", 0.05, 20, 0.2))
+    text = out.getvalue()
+    assert "[2/3] b unstable (non_finite @ 4)  lr=20" in text
+    assert "best val_loss 0.2 (c)" in text
+    assert "non_finite 1, ok 2" in text and "0s left" in text
+
+
+def test_live_panel_on_a_terminal(linreg_dir, monkeypatch):
+    monkeypatch.chdir(linreg_dir)
+    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml"))
+    out = io.StringIO()
+    console = Console(file=out, width=120, force_terminal=True)
+    progress = ProgressLines(book, 2, console=console)
+    progress.on_step_end(0, [SimpleNamespace(status="RUNNING")] * 2)
+    _feed(progress, book, _trial("a", 0.1, 20, 0.5))
+    progress.on_experiment_end([])
+    text = out.getvalue()
+    assert "1/2 done" in text and "best so far" in text and "val_loss 0.5 (a)" in text
