@@ -26,7 +26,8 @@ def _trial(trial_id, lr, steps, val, reason=None):
 
 
 def _feed(progress, book, trial):
-    for h in trial.history[:-1]:
+    final = trial.last_result.get("sweeps/final")
+    for h in trial.history if final else trial.history[:-1]:
         book.record(trial.trial_id, {**h, "config": trial.last_result["config"]})
     book.record(trial.trial_id, trial.last_result)
     progress.on_trial_complete(0, [], trial)
