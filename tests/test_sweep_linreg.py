@@ -168,3 +168,32 @@ def test_crashing_trials_are_classified_and_the_sweep_goes_on(tmp_path, ray_sess
                               storage=f"sqlite:///{out / 'optuna.db'}")
     crashed = [t for t in study.trials if t.user_attrs.get("status") == "crash"]
     assert len(crashed) == 3 and all(t.constraints == {"stability": 1.0} for t in crashed)
+
+
+def test_a_config_stable_only_on_a_lucky_seed_does_not_reach_stable(tmp_path, ray_session,
+                                                                   monkeypatch):
+    from tests.conftest import SWEEPFILES
+
+    for f in SWEEPFILES.iterdir():
+        if f.is_file():
+            (tmp_path / f.name).write_text(f.read_text())
+    data = yaml.safe_load((tmp_path / "linreg.yaml").read_text())
+    data["name"] = "lucky"
+    data["search_space"]["lr"] = {"type": "loguniform", "low": 0.01, "high": 0.1}
+    data["budget"] = {"trials": 3, "max_steps": 40, "concurrent": 2, "scheduler": "none"}
+    data["confirm"] = {"seeds": 2, "lr_probe": 2.0}
+    (tmp_path / "linreg.yaml").write_text(yaml.safe_dump(data))
+    cfg = yaml.safe_load((tmp_path / "linreg_config.yaml").read_text())
+    cfg["train"]["nan_on_seeds"] = [2]  # search runs seed 0; confirmation seeds 1 and 2
+    (tmp_path / "linreg_config.yaml").write_text(yaml.safe_dump(cfg))
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "linreg.yaml", "--quiet"]) == 0
+    out = tmp_path / "results" / "lucky"
+    pareto = pd.read_csv(out / "pareto.csv")
+    assert len(pareto) >= 1
+    assert (pareto["seeds_passed"] == 1).all() and (pareto["seeds_run"] == 2).all()
+    assert (~pareto["confirmed"]).all()
+    assert pareto["seed_failures"].str.contains("seed 2: non_finite").all()
+    assert not list((out / "stable").glob("*.yaml")), "no lucky-seed config is written"
+    trials = _trials(out)
+    assert (trials[trials["role"] == "search"]["status"] == "ok").all()
