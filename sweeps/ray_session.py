@@ -38,7 +38,8 @@ def ray_running(address: str | None = None, num_cpus: int | None = None,
     """Connect to ``address``, or start an embedded Ray bound to 127.0.0.1; stop what we started."""
     import ray
 
-    os.environ.update(TUNE_ENV)
+    for key, value in TUNE_ENV.items():
+        os.environ.setdefault(key, value)  # a value the user exported wins
     quiet_logs()
     started = False
     if not ray.is_initialized():
