@@ -13,6 +13,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from sweeps.cluster.jobs import add_commands as add_cluster_commands
 from sweeps.errors import PreflightFailed, SpecError
 
 console = Console(highlight=False, soft_wrap=True)
@@ -146,6 +147,40 @@ def cmd_best(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    import json
+
+    from sweeps.report import summary, write_report
+
+    folder = Path(args.dir)
+    if not (folder / "trials.csv").is_file():
+        raise SpecError("DIR", f"{folder} holds no finished sweep (no trials.csv)",
+                        "give the results folder of a sweep, e.g. results/direction-demo")
+    if args.format == "json":
+        print(json.dumps(summary(folder), indent=2, default=str))
+        return 0
+    if args.format == "csv":
+        sys.stdout.write((folder / "trials.csv").read_text())
+        return 0
+    pairs = []
+    for pair in args.pair or []:
+        a, sep, b = pair.partition(",")
+        if not sep:
+            raise SpecError("--pair", f"{pair!r} is not KNOB,KNOB", "write e.g. lr,dropout")
+        pairs.append((a.strip(), b.strip()))
+    info = summary(folder)
+    page = write_report(folder, info["name"], [o["metric"] for o in info["objectives"]],
+                        pairs or None)
+    console.print(f"sweep {info['name']}: {info['search_trials']} search trials: " + ", ".join(
+        f"{k} {v}" for k, v in info["counts"].items()))
+    if info["failures"]:
+        console.print("failure reasons: " + ", ".join(
+            f"{k} {v}" for k, v in info["failures"].items()))
+    console.print(f"best stable config: {info['best_yaml'] or 'none'}")
+    console.print(f"report: {page}")
+    return 0
+
+
 def cmd_preflight(args: argparse.Namespace) -> int:
     from sweeps.pipeline import preflight
     from sweeps.spec import load_sweep
@@ -210,6 +245,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_resume)
 
+    p = sub.add_parser("report", help="(re)write report.html, or print the results as json/csv")
+    p.add_argument("dir", help="the sweep's results folder")
+    p.add_argument("--format", choices=["html", "json", "csv"], default="html")
+    p.add_argument("--pair", action="append", metavar="KNOB,KNOB",
+                   help="an extra stability-map pair, e.g. lr,dropout; repeatable")
+    p.set_defaults(func=cmd_report)
+
     p = sub.add_parser("best", help="print the path of the top confirmed stable YAML")
     p.add_argument("dir", help="the sweep's results folder")
     p.set_defaults(func=cmd_best)
@@ -244,6 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="check a sweep file without running anything")
     p.add_argument("file")
     p.set_defaults(func=cmd_validate)
+
+    add_cluster_commands(sub)
     return parser
 
 

@@ -46,6 +46,9 @@ def ray_running(address: str | None = None, num_cpus: int | None = None,
         kwargs: dict = {"log_to_driver": False, "configure_logging": True,
                         "logging_level": "ERROR"}
         if address:
+            from sweeps.cluster.auth import enable_for_driver
+
+            enable_for_driver(address)  # send the cluster's token if it uses token auth
             ray.init(address=address, **kwargs)
         else:
             ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Stop the Ray cluster start-local-cluster.sh started, and nothing else: the processes
+# of the node sessions recorded in $SWEEPS_RAY_DIR/cluster.env (SIGTERM, then SIGKILL
+# after SWEEPS_RAY_STOP_GRACE seconds, 10 by default). Jobs still running end with
+# their supervisor. Logs stay in $SWEEPS_RAY_DIR unless SWEEPS_RAY_CLEAN=1.
+# (`ray stop` is not used: it stops every Ray process on the machine.)
+set -euo pipefail
+
+dir="${SWEEPS_RAY_DIR:-/tmp/sweeps-ray-$(id -u)}"
+grace="${SWEEPS_RAY_STOP_GRACE:-10}"
+record="$dir/cluster.env"
+
+if [[ ! -f "$record" ]]; then
+  echo "no local Ray cluster recorded in $dir; nothing to stop"
+  exit 0
+fi
+# shellcheck disable=SC1090
+source "$record"
+
+session_pids() { ps -eo pid=,sid=,stat= | awk -v s="$1" '$2 == s && $3 !~ /^Z/ {print $1}'; }
+
+# only a session whose processes still name our temp dir is ours (session ids get reused)
+ours() {
+  local pid
+  for pid in $(session_pids "$1"); do
+    if tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$dir/"; then return 0; fi
+  done
+  return 1
+}
+
+sessions=()
+# shellcheck disable=SC2086
+for sid in $SWEEPS_RAY_WORKER_SIDS $SWEEPS_RAY_HEAD_SID; do
+  if ours "$sid"; then sessions+=("$sid"); fi
+done
+
+pids() { for sid in "${sessions[@]}"; do session_pids "$sid"; done; }
+
+if ((${#sessions[@]})); then
+  pids | xargs -r kill -TERM 2>/dev/null || true
+  for _ in $(seq 1 "$grace"); do
+    [[ -z "$(pids)" ]] && break
+    sleep 1
+  done
+  left="$(pids)"
+  if [[ -n "$left" ]]; then
+    echo "$(echo "$left" | wc -l) process(es) ignored SIGTERM for ${grace}s; sending SIGKILL"
+    echo "$left" | xargs -r kill -KILL 2>/dev/null || true
+    for _ in 1 2 3 4 5; do [[ -z "$(pids)" ]] && break; sleep 1; done
+  fi
+  echo "stopped the local Ray cluster (sessions ${sessions[*]})"
+else
+  echo "the recorded cluster was no longer running"
+fi
+rm -f "$record"
+if [[ "${SWEEPS_RAY_CLEAN:-0}" == 1 ]]; then
+  rm -rf "$dir"
+else
+  echo "logs kept in $dir (SWEEPS_RAY_CLEAN=1 removes them)"
+fi

@@ -1,0 +1,63 @@
+"""Ray token authentication, as a client of a standing cluster sees it.
+
+Ray (2.60 here) protects a cluster with a shared token when it runs with
+``RAY_AUTH_MODE=token``. ``ray start --head`` turns that on by itself when a token already
+exists on the machine (``~/.ray/auth_token``, which any embedded ``ray.init()`` creates),
+and ``ray.init()`` on a new local cluster always does. Every HTTP request to the dashboard
+and Jobs API then needs ``Authorization: Bearer <token>``, and every driver the token on
+its gRPC calls.
+
+Ray's own clients send the token only when *their* process runs with ``RAY_AUTH_MODE=token``
+(or connects with ``address="auto"`` to a cluster it found on this machine); a plain
+``JobSubmissionClient`` or ``ray.init(address=...)`` gets 401 / "InvalidAuthToken". Here the
+token is looked up where Ray looks (``RAY_AUTH_TOKEN``, the file ``RAY_AUTH_TOKEN_PATH``,
+``~/.ray/auth_token``): ``sweeps.cluster.jobs`` sends it only when the cluster asks for it,
+and :func:`enable_for_driver` lets a driver's ``ray.init(address=...)`` send it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+MODE_VAR = "RAY_AUTH_MODE"
+TOKEN_VAR = "RAY_AUTH_TOKEN"
+TOKEN_PATH_VAR = "RAY_AUTH_TOKEN_PATH"
+
+
+def default_token_path() -> Path:
+    """Where ``ray get-auth-token --generate`` and ``ray.init()`` keep the token."""
+    return Path.home() / ".ray" / "auth_token"
+
+
+def find_token() -> tuple[str, str] | None:
+    """``(token, where it came from)`` in Ray's order of precedence, or None."""
+    token = os.environ.get(TOKEN_VAR, "").strip()
+    if token:
+        return token, f"${TOKEN_VAR}"
+    path_text = os.environ.get(TOKEN_PATH_VAR, "").strip()
+    path = Path(path_text).expanduser() if path_text else default_token_path()
+    try:
+        token = path.read_text().strip()
+    except OSError:
+        return None
+    return (token, str(path)) if token else None
+
+
+def enable_for_driver(address: str | None) -> bool:
+    """Let ``ray.init(address=...)`` send the token to a token-protected cluster.
+
+    Sets ``RAY_AUTH_MODE=token`` for this process when a cluster address is given, the
+    mode is not set, and a token exists; a cluster without token authentication ignores
+    the token. Returns whether it did. Ray Client addresses (``ray://``) are left alone.
+    """
+    if not address or "://" in address or os.environ.get(MODE_VAR) or find_token() is None:
+        return False
+    os.environ[MODE_VAR] = "token"
+    try:  # Ray caches its config at import; re-read it as Ray itself does on this switch
+        from ray._raylet import Config
+
+        Config.initialize("")
+    except ImportError:
+        pass
+    return True

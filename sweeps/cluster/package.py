@@ -1,0 +1,164 @@
+"""What ``sweeps submit`` sends: the project folder, the entrypoint and the job's environment.
+
+Everything here is checked on the submitting machine, so bad input fails (exit 2)
+before anything reaches the cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shlex
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from sweeps.errors import SpecError
+
+#: Never shipped: results, environments, VCS and caches (gitwildmatch, relative to the
+#: project folder). Ray also skips what the project's .gitignore / .rayignore list.
+EXCLUDES = [
+    ".git/", ".venv/", "venv/", ".tox/", ".nox/", "__pycache__/", "*.pyc",
+    ".pytest_cache/", ".ruff_cache/", ".mypy_cache/", ".hypothesis/", "*.egg-info/",
+    "node_modules/", "mlruns/", "/results/",
+]
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass
+class Submission:
+    """One job for the Jobs API: ``client.submit_job(**submission.kwargs())``."""
+
+    sweep_name: str
+    sweep_path: str  # relative to the project folder, POSIX
+    project_dir: Path
+    entrypoint: str
+    runtime_env: dict[str, Any]
+    submission_id: str
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    def kwargs(self) -> dict[str, Any]:
+        return {"entrypoint": self.entrypoint, "runtime_env": self.runtime_env,
+                "submission_id": self.submission_id, "metadata": self.metadata}
+
+
+@contextmanager
+def inside(folder: Path) -> Iterator[None]:
+    """Run the block with ``folder`` as working directory, as the job will on the cluster."""
+    before = Path.cwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def project_folder(project_dir: str | None) -> Path:
+    """The folder shipped as the job's working dir: ``--project-dir`` or the current one."""
+    folder = Path(project_dir).expanduser() if project_dir else Path.cwd()
+    if not folder.is_dir():
+        raise SpecError("--project-dir", f"{folder} is not a folder",
+                        "give the folder that holds your sweep file, trainer and configs")
+    return folder.resolve()
+
+
+def relative_sweep_path(file: str, project: Path) -> PurePosixPath:
+    """The sweep file's path inside the project folder (what the job's command names)."""
+    path = Path(file).expanduser()
+    if not path.is_file():
+        raise SpecError("FILE", f"no sweep file at {path}", "give the path of a sweep YAML file")
+    try:
+        rel = path.resolve().relative_to(project)
+    except ValueError:
+        raise SpecError("FILE", f"{path} is outside the project folder {project}, and only "
+                        "that folder is shipped to the cluster",
+                        "run from your project folder or pass --project-dir DIR") from None
+    return PurePosixPath(rel.as_posix())
+
+
+def parse_env(pairs: Sequence[str]) -> dict[str, str]:
+    """``--env K=V`` pairs as a mapping."""
+    env: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not _ENV_NAME.match(key):
+            raise SpecError(f"--env {pair}", "not of the form NAME=value",
+                            "write e.g. --env OMP_NUM_THREADS=1")
+        env[key] = value
+    return env
+
+
+def excludes_for(output: str, storage: str | None) -> list[str]:
+    """``EXCLUDES`` plus the sweep's results folder when it lies inside the project."""
+    extra = []
+    for folder in (output, storage):
+        parts = Path(folder).parts if folder else ()
+        if parts and not Path(folder).is_absolute() and ".." not in parts:
+            extra.append("/" + "/".join(parts) + "/")
+    return list(dict.fromkeys(EXCLUDES + extra))
+
+
+def entrypoint(sweep_path: PurePosixPath, storage: str | None, preflight: bool) -> str:
+    """``python -m sweeps run <sweep> [--output <storage>] [--no-preflight]``."""
+    cmd = ["python", "-m", "sweeps", "run", str(sweep_path)]
+    if storage:
+        cmd += ["--output", storage]
+    if not preflight:
+        cmd.append("--no-preflight")
+    return shlex.join(cmd)
+
+
+def runtime_env(project: Path, sweep_path: PurePosixPath, *, output: str,
+                storage: str | None, pip: Sequence[str], env: dict[str, str]) -> dict[str, Any]:
+    """The job's runtime_env: the project as working dir, pip packages, env vars.
+
+    A trainer module beside a sweep file in a subfolder is put on the workers'
+    ``PYTHONPATH`` as a path relative to the working dir, which Ray unpacks on every node.
+    """
+    env = dict(env)
+    folder = str(sweep_path.parent)
+    if folder != ".":
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (folder, env.get("PYTHONPATH")) if p)
+    renv: dict[str, Any] = {"working_dir": str(project),
+                            "excludes": excludes_for(output, storage)}
+    if pip:
+        renv["pip"] = list(pip)
+    if env:
+        renv["env_vars"] = env
+    return renv
+
+
+def submission_id(sweep_name: str) -> str:
+    """A readable, unique job id: ``sweeps-<name>-<yymmdd-HHMMSS>-<4 hex>``."""
+    stamp = datetime.now().strftime("%y%m%d-%H%M%S")
+    return f"sweeps-{sweep_name}-{stamp}-{secrets.token_hex(2)}"
+
+
+def build(file: str, *, project_dir: str | None, storage: str | None, preflight: bool,
+          pip: Sequence[str] = (), env_pairs: Sequence[str] = ()) -> Submission:
+    """Validate the sweep as the cluster will see it and build its submission.
+
+    The sweep file is loaded (trainer import included) from inside the project folder,
+    so relative paths resolve as they will in the job's working dir.
+    """
+    from sweeps.spec import load_sweep
+
+    project = project_folder(project_dir)
+    rel = relative_sweep_path(file, project)
+    env = parse_env(env_pairs)
+    if storage is not None and not storage.strip():
+        raise SpecError("--storage", "is empty", "give a folder every node can reach")
+    with inside(project):
+        sweep = load_sweep(rel)
+    renv = runtime_env(project, rel, output=sweep.spec.output, storage=storage, pip=pip,
+                       env=env)
+    return Submission(
+        sweep_name=sweep.name, sweep_path=str(rel), project_dir=project,
+        entrypoint=entrypoint(rel, storage, preflight), runtime_env=renv,
+        submission_id=submission_id(sweep.name),
+        metadata={"sweeps.sweep": sweep.name, "sweeps.file": str(rel),
+                  "sweeps.storage": storage or f"(job working dir)/{sweep.spec.output}"})
