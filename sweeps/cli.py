@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sweeps.cluster.jobs import add_commands as add_cluster_commands
+from sweeps.cluster.slurm import add_commands as add_slurm_commands
 from sweeps.errors import PreflightFailed, SpecError
 
 console = Console(highlight=False, soft_wrap=True)
@@ -288,6 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_validate)
 
     add_cluster_commands(sub)
+    add_slurm_commands(sub)
     return parser
 
 

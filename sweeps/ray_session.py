@@ -15,6 +15,10 @@ TUNE_ENV = {
     "TUNE_DISABLE_STRICT_METRIC_CHECKING": "1",
     "TUNE_MAX_PENDING_TRIALS_PG": "1",
     "RAY_AIR_NEW_OUTPUT": "0",
+    # Ctrl-C (or SLURM's time-limit signal) ends the sweep with KeyboardInterrupt rather
+    # than letting Tune return a partial search that would then be selected and exported;
+    # `sweeps resume` continues it
+    "TUNE_DISABLE_SIGINT_HANDLER": "1",
     # save the experiment state at least every 2 s (Ray's default is 10 s or more), so a
     # driver killed mid-sweep re-runs as little as possible on `sweeps resume`
     "TUNE_GLOBAL_CHECKPOINT_S": "2",

@@ -1,0 +1,213 @@
+"""``sweeps slurm FILE``: validate a sweep here, render its sbatch script, submit it."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sweeps.cluster.slurm_render import TEMPLATE, JobOptions, port_block, render, validate
+from sweeps.errors import SpecError
+
+if TYPE_CHECKING:
+    from sweeps.spec import Sweep
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Register ``sweeps slurm``."""
+    p = sub.add_parser("slurm", help="run a sweep as a SLURM job: Ray over the allocation")
+    p.add_argument("file", help="sweep file (YAML)")
+    p.add_argument("--nodes", type=int, default=1, help="nodes (Ray head + workers); default 1")
+    p.add_argument("--cpus-per-node", type=int, required=True, help="CPUs Ray uses per node")
+    p.add_argument("--gpus-per-node", type=int, default=0,
+                   help="GPUs per node (--gres=gpu:G); each trial gets 1 unless the sweep says")
+    p.add_argument("--time", required=True, help="time limit, [D-]HH:MM:SS")
+    p.add_argument("--partition", required=True)
+    p.add_argument("--account", default=None)
+    p.add_argument("--output-dir", default=None,
+                   help="results root on a path every node sees (default: the sweep's output:)")
+    p.add_argument("--port-base", type=int, default=None,
+                   help="first port of this job's block (default: from the job id)")
+    p.add_argument("--no-auth", action="store_true", help="no Ray token authentication")
+    p.add_argument("--template", default=None, help=f"sbatch template (default: {TEMPLATE})")
+    p.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
+    p.set_defaults(func=cmd_slurm)
+
+
+@dataclass
+class Plan:
+    """What a submission writes: the script, and the GPU copy of the sweep if any."""
+
+    script: str
+    script_path: Path
+    sweep_file: Path
+    override: str | None
+    results: Path
+    notes: list[str]
+
+
+def plan(args: argparse.Namespace, opts: JobOptions) -> Plan:
+    """Validate the sweep and the options here and render the script; nothing is written."""
+    from sweeps.spec import load_sweep
+
+    validate(opts)
+    sweep = load_sweep(args.file, output=args.output_dir)
+    _check_resources(sweep.spec.resources.cpu, sweep.spec.resources.gpu, opts)
+    template = _read_template(args.template)
+    if not args.dry_run:
+        _check_partition(opts.partition)
+    results = sweep.output_dir.parent
+    folder = results / f"{sweep.name}.slurm"
+    _check_path("working directory", Path.cwd())
+    _check_path("--output-dir", folder)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    sweep_file, override, pythonpath = Path(args.file).resolve(), None, ""
+    if opts.gpus_per_node and sweep.spec.resources.gpu == 0:
+        override = gpu_override(sweep)
+        sweep_file = folder / f"sweep-{stamp}.yaml"
+        pythonpath = os.pathsep.join(sweep.trainer_paths)
+    script = render(template, opts, name=sweep.name, python=sys.executable, ray=_ray_command(),
+                    sweep_file=sweep_file, results=results, workdir=Path.cwd(),
+                    log=folder / "slurm-%j.out", pythonpath=pythonpath)
+    return Plan(script=script, script_path=folder / f"sweep-{stamp}.sbatch",
+                sweep_file=sweep_file, override=override, results=results / sweep.name,
+                notes=_notes(sweep, opts, override is not None))
+
+
+def cmd_slurm(args: argparse.Namespace) -> int:
+    """Validate, render, write (atomically) and submit; print how to follow the job."""
+    from sweeps.atomic import write_text
+
+    opts = JobOptions(nodes=args.nodes, cpus_per_node=args.cpus_per_node,
+                      gpus_per_node=args.gpus_per_node, time=args.time,
+                      partition=args.partition, account=args.account,
+                      port_base=args.port_base, auth=not args.no_auth)
+    job = plan(args, opts)
+    if args.dry_run:
+        print(job.script, end="")
+        for note in job.notes:
+            print(f"note: {note}", file=sys.stderr)
+        print(f"dry run: nothing written or submitted ({job.script_path} when submitted)",
+              file=sys.stderr)
+        return 0
+    written = [job.script_path] + ([job.sweep_file] if job.override is not None else [])
+    try:
+        if job.override is not None:
+            write_text(job.sweep_file, job.override)
+        write_text(job.script_path, job.script)
+        job.script_path.chmod(0o755)
+    except OSError as exc:
+        raise SpecError("--output-dir", f"cannot write {job.script_path.parent} "
+                        f"({exc.strerror or exc})", "give a results folder you can write to, "
+                        "on a filesystem every node mounts") from exc
+    done = subprocess.run(["sbatch", "--parsable", str(job.script_path)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        for path in written:
+            path.unlink(missing_ok=True)
+        print(f"error: sbatch refused the job: {done.stderr.strip()}", file=sys.stderr)
+        return 1
+    _print_follow(done.stdout.strip().split(";")[0], opts, job)
+    return 0
+
+
+def gpu_override(sweep: Sweep) -> str:
+    """The sweep made self-contained (base config, space inline) with one GPU per trial."""
+    import yaml
+
+    from sweeps.spec import load_sweep_dict
+
+    data = sweep.spec.model_dump(mode="json")
+    data["base_config"] = sweep.base_config
+    data["search_space"] = {k: v.model_dump(mode="json") for k, v in sweep.space.items()}
+    data["resources"]["gpu"] = 1
+    load_sweep_dict(data, base_dir=sweep.base_dir, import_trainer=False)
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def _check_resources(cpu: float, gpu: float, opts: JobOptions) -> None:
+    if cpu > opts.cpus_per_node:
+        raise SpecError("resources.cpu", f"a trial needs {cpu:g} CPUs, a node has "
+                        f"{opts.cpus_per_node}", "raise --cpus-per-node or lower resources.cpu")
+    if gpu > opts.gpus_per_node:
+        raise SpecError("resources.gpu", f"a trial needs {gpu:g} GPUs, a node has "
+                        f"{opts.gpus_per_node}", "raise --gpus-per-node or lower resources.gpu")
+
+
+def _read_template(path: str | None) -> str:
+    file = Path(path) if path else TEMPLATE
+    try:
+        return file.read_text()
+    except OSError as exc:
+        raise SpecError("--template", f"cannot read {file} ({exc.strerror or exc})",
+                        "give the path of an sbatch template such as "
+                        "cluster/slurm/sweep.sbatch") from exc
+
+
+def _check_partition(partition: str) -> None:
+    if shutil.which("sbatch") is None:
+        raise SpecError("sbatch", "not found on PATH", "run on a SLURM login node, "
+                        "or add --dry-run to see the script")
+    if shutil.which("sinfo") is None:
+        return
+    out = subprocess.run(["sinfo", "-h", "-o", "%R"], capture_output=True, text=True)
+    known = sorted(set(out.stdout.split()))
+    if out.returncode == 0 and known and not set(partition.split(",")) <= set(known):
+        raise SpecError("--partition", f"no partition {partition!r} on this cluster",
+                        f"use one of {', '.join(known)}")
+
+
+def _check_path(key: str, path: Path) -> None:
+    if any(c.isspace() or c == "%" for c in str(path)):
+        raise SpecError(key, f"{path} holds whitespace or '%', which #SBATCH lines cannot "
+                        "carry", "use a path without them")
+
+
+def _ray_command() -> list[str]:
+    ray = Path(sys.executable).parent / "ray"
+    return [str(ray)] if ray.is_file() else [sys.executable, "-m", "ray.scripts.scripts"]
+
+
+def _notes(sweep: Sweep, opts: JobOptions, gpu_override: bool) -> list[str]:
+    res, budget = sweep.spec.resources, sweep.spec.budget
+    per_node = int(opts.cpus_per_node // res.cpu)
+    gpu = 1.0 if gpu_override else res.gpu
+    if gpu:
+        per_node = min(per_node, int(opts.gpus_per_node // gpu))
+    slots = per_node * opts.nodes
+    notes = []
+    if gpu_override:
+        notes.append("the sweep asks for no GPU: each trial gets 1 GPU here (resources.gpu: 1)")
+    if budget.concurrent < slots:
+        notes.append(f"budget.concurrent is {budget.concurrent}: {slots} trials would fit at once")
+    elif budget.concurrent > slots:
+        notes.append(f"budget.concurrent is {budget.concurrent}, but only {slots} trials fit at "
+                     "once on this allocation")
+    if str(sweep.output_dir).startswith("/tmp/") and opts.nodes > 1:
+        notes.append(f"results go to {sweep.output_dir}: every node must see this path")
+    return notes
+
+
+def _print_follow(job: str, opts: JobOptions, plan: Plan) -> None:
+    block, slots = port_block(opts.cpus_per_node)
+    base = opts.port_base if opts.port_base is not None else 20000 + (int(job) % slots) * block
+    log = plan.script_path.parent / f"slurm-{job}.out"
+    print(f"submitted batch job {job}")
+    print(f"  script:    {plan.script_path}")
+    print(f"  follow:    squeue -j {job}   scontrol show job {job}   tail -f {log}")
+    print(f"  results:   {plan.results}")
+    print(f"  ports:     {base}-{base + block - 1} (head {base}, dashboard {base + 1})")
+    print(f"  dashboard: ssh -L 8265:127.0.0.1:{base + 1} <head node>, then "
+          f"http://localhost:8265 (head node: first of squeue -j {job} -h -o %N)")
+    if opts.auth:
+        token_dir = os.environ.get("SWEEPS_TOKEN_DIR", "~/.sweeps")
+        print(f"  token:     {token_dir}/ray-token-{job} while the job runs (Ray token auth)")
+    print(f"  cancel:    scancel {job} (the script stops Ray on every node and keeps results)")
+    for note in plan.notes:
+        print(f"note: {note}")
