@@ -14,6 +14,7 @@ def write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; results are for sharing
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
             fh.flush()
@@ -24,11 +25,18 @@ def write_text(path: Path, text: str) -> None:
         raise
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def replace_dir(path: Path, fill: Callable[[Path], None]) -> None:
     """Build a directory with ``fill(tmpdir)`` and swap it in for ``path`` whole."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
+        tmp.chmod(0o777 & ~_umask())
         fill(tmp)
         old = None
         if path.exists():

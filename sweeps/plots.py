@@ -1,0 +1,294 @@
+"""The report's plots (matplotlib, Agg, no pyplot state), each written atomically as a PNG."""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+STATUS_COLOURS = {"ok": "#2ca02c", "unstable": "#e76f51", "crash": "#6d597a",
+                  "pruned": "#b0b0b0"}
+STATUS_MARKERS = {"ok": "o", "unstable": "X", "crash": "s", "pruned": "o"}
+#: One colour per outcome: ok, pruned and each failure reason.
+OUTCOME_COLOURS = {
+    "ok": "#2ca02c", "pruned": "#c0c0c0", "non_finite": "#d62728", "grad_blowup": "#ff7f0e",
+    "divergence": "#8c564b", "flat_at_baseline": "#1f77b4", "loss_spike": "#e377c2",
+    "collapse": "#9467bd", "lr_anomaly": "#bcbd22", "compile_error": "#17becf",
+    "oom": "#393b79", "hung": "#000000", "crash": "#843c39",
+}
+EXCEPTION_REASONS = {"compile_error", "oom", "hung", "crash"}
+TRIAL_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+                 "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"]
+DPI = 100
+MAX_POINTS = 2000
+
+
+def save(fig: Figure, path: Path) -> Path:
+    """Render ``fig`` to ``path`` as PNG through a temporary file and ``os.replace``."""
+    FigureCanvasAgg(fig)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fig.savefig(fh, format="png", dpi=DPI)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def outcome(trials: pd.DataFrame) -> pd.Series:
+    """``ok``, ``pruned`` or the failure reason (the status if no reason was recorded)."""
+    reason = trials["reason"].fillna("").astype(str)
+    status = trials["status"].fillna("").astype(str)
+    return reason.where(reason != "", status)
+
+
+def _finite(values: pd.Series) -> pd.Series:
+    out = pd.to_numeric(values, errors="coerce")
+    return out.where(np.isfinite(out))
+
+
+def _auto_log(ax: Axes, axis: str, values: pd.Series, ratio: float = 100.0) -> None:
+    v = values.dropna()
+    if len(v) and (v > 0).all() and v.max() / v.min() > ratio:
+        (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+
+
+def _label(name: str, mode: str | None) -> str:
+    return f"{name} ({'lower' if mode != 'max' else 'higher'} is better)" if mode else name
+
+
+def _scatter_by_status(ax: Axes, frame: pd.DataFrame, x: str, y: str) -> None:
+    for status, colour in STATUS_COLOURS.items():
+        part = frame[frame["status"] == status]
+        if len(part):
+            ax.scatter(part[x], part[y], c=colour, marker=STATUS_MARKERS[status],
+                       s=22 if status == "pruned" else 36, alpha=0.9, zorder=2,
+                       label=f"{status} ({len(part)})")
+
+
+def _ring_front(ax: Axes, front: pd.DataFrame, x: str, y: str, confirmed: set[str]) -> None:
+    if not len(front):
+        return
+    line = front.sort_values(x)
+    ax.plot(line[x], line[y], color="#555", lw=0.8, ls=":", zorder=1)
+    is_conf = front["trial_id"].isin(confirmed)
+    ax.scatter(front.loc[is_conf, x], front.loc[is_conf, y], s=170, facecolors="none",
+               edgecolors="black", linewidths=2, zorder=3)
+    ax.scatter(front.loc[~is_conf, x], front.loc[~is_conf, y], s=170, facecolors="none",
+               edgecolors="#d62728", linewidths=1.5, linestyles="--", zorder=3)
+    for _, row in front.iterrows():
+        ax.annotate(str(row["front_rank"]), (row[x], row[y]), xytext=(7, 5),
+                    textcoords="offset points", fontsize=8)
+
+
+def pareto_plot(search: pd.DataFrame, pareto: pd.DataFrame, objectives: Sequence[str],
+                modes: dict[str, str], path: Path) -> Path | None:
+    """Quality vs the second objective (and vs step_time), front ringed; None if no data."""
+    if not objectives:
+        return None
+    quality = f"objective_{objectives[0]}"
+    seconds = [o for o in objectives[1:2]] or (["instability"] if "instability" in search
+                                               else [])
+    if "step_time" in objectives[2:]:
+        seconds.append("step_time")
+    panels = []
+    for other in seconds:
+        col = f"objective_{other}" if f"objective_{other}" in search else other
+        if quality in search and col in search:
+            panels.append((other, col))
+    if not panels:
+        return None
+    frame = search.assign(**{c: _finite(search[c]) for c in {quality, *[c for _, c in panels]}})
+    ranks = dict(zip(pareto.get("trial_id", []), pareto.get("front_rank", []), strict=False))
+    confirmed = set(pareto.loc[pareto["confirmed"], "trial_id"]) if len(pareto) else set()
+    fig = Figure(figsize=(6.4 * len(panels), 4.8), layout="constrained")
+    drawn = False
+    for ax, (other, col) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels,
+                                strict=True):
+        part = frame[frame[quality].notna() & frame[col].notna()]
+        _scatter_by_status(ax, part, quality, col)
+        front = part[part["trial_id"].isin(ranks)].assign(
+            front_rank=lambda f: f["trial_id"].map(ranks))
+        _ring_front(ax, front, quality, col, confirmed)
+        _auto_log(ax, "x", part[quality])
+        _auto_log(ax, "y", part[col])
+        note = "" if f"objective_{other}" in search else " — not an objective"
+        ax.set_xlabel(_label(objectives[0], modes.get(objectives[0])))
+        ax.set_ylabel(_label(other, modes.get(other)) + note)
+        ax.set_title(f"{objectives[0]} vs {other}: {len(part)} search trials", fontsize=10)
+        ax.grid(alpha=0.3)
+        handles, _ = ax.get_legend_handles_labels()
+        conf = front["trial_id"].isin(confirmed)
+        if conf.any():
+            handles.append(Line2D([], [], ls="", marker="o", ms=12, mfc="none", mec="black",
+                                  mew=2, label=f"front, confirmed ({int(conf.sum())})"))
+        if (~conf).any():
+            handles.append(Line2D([], [], ls="", marker="o", ms=12, mfc="none", mec="#d62728",
+                                  label=f"front, not confirmed ({int((~conf).sum())})"))
+        ax.legend(handles=handles, fontsize=8, loc="best")
+        drawn = drawn or len(part) > 0
+    if not drawn:
+        return None
+    return save(fig, path)
+
+
+@dataclass
+class Axis:
+    """Where each trial sits along one axis of the stability map."""
+
+    positions: pd.Series
+    ticks: list[float] | None = None
+    labels: list[str] | None = None
+    log: bool = False
+
+
+def _fmt(v: object) -> str:
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def knob_axis(values: pd.Series, kind: str = "auto", zero_is_off: bool = False) -> Axis:
+    """Positions of a knob's values: one slot per category (0 → "off" if ``zero_is_off``),
+    else numbers on a log (``kind="log"``, or "auto" and positive over a wide range) or
+    linear axis."""
+    if kind == "categorical":
+        present = values.dropna()
+        num = pd.to_numeric(present, errors="coerce")
+        cats = (sorted(num.unique()) if num.notna().all()
+                else sorted(present.astype(str).unique()))
+        key = num if num.notna().all() else present.astype(str)
+        slot = {c: float(i) for i, c in enumerate(cats)}
+        labels = ["off" if zero_is_off and isinstance(c, float) and c == 0 else _fmt(c)
+                  for c in cats]
+        return Axis(key.map(slot).reindex(values.index), list(slot.values()), labels)
+    num = _finite(values)
+    pos = num.dropna()
+    positive = bool(len(pos)) and bool((pos > 0).all())
+    log = positive and (kind == "log" or kind == "auto" and pos.max() / pos.min() > 20)
+    return Axis(num, log=log)
+
+
+def _jitter(n: int, width: float, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(-width, width, n)
+
+
+def stability_map(search: pd.DataFrame, x: str, y: str | None, kinds: dict[str, str],
+                  front_ids: set[str], path: Path) -> Path | None:
+    """Each search trial at its (x, y) knob values coloured by outcome; y=None: outcome rows."""
+    if x not in search or not len(search):
+        return None
+    frame = search.assign(outcome=outcome(search))
+    xa = knob_axis(frame[x], kinds.get(x, "auto"), zero_is_off=x == "grad_clip")
+    if y is None:
+        names = [o for o in OUTCOME_COLOURS if o in set(frame["outcome"])]
+        names += sorted(set(frame["outcome"]) - set(names))
+        slot = {o: float(i) for i, o in enumerate(names)}
+        ya = Axis(frame["outcome"].map(slot), list(slot.values()), names)
+    else:
+        ya = knob_axis(frame[y], kinds.get(y, "auto"), zero_is_off=y == "grad_clip")
+    xs = xa.positions + (_jitter(len(frame), 0.15, 1) if xa.ticks is not None else 0)
+    ys = ya.positions + (_jitter(len(frame), 0.18, 2) if ya.ticks is not None else 0)
+    ok = xs.notna() & ys.notna()
+    if not ok.any():
+        return None
+    fig = Figure(figsize=(7.5, 4.8), layout="constrained")
+    ax = fig.subplots()
+    for name in frame.loc[ok, "outcome"].unique():
+        sel = ok & (frame["outcome"] == name)
+        marker = ("o" if name in ("ok", "pruned")
+                  else "s" if name in EXCEPTION_REASONS else "X")
+        ax.scatter(xs[sel], ys[sel], c=OUTCOME_COLOURS.get(name, "#444444"), marker=marker,
+                   s=28 if name == "pruned" else 55, edgecolors="white", linewidths=0.5,
+                   label=f"{name} ({int(sel.sum())})", zorder=2)
+    ring = ok & frame["trial_id"].isin(front_ids)
+    if ring.any():
+        ax.scatter(xs[ring], ys[ring], s=190, facecolors="none", edgecolors="black",
+                   linewidths=1.5, label="Pareto front", zorder=3)
+    for axis, spec, setter in ((xa, "x", ax.set_xscale), (ya, "y", ax.set_yscale)):
+        if spec == "x" and axis.ticks is not None:
+            ax.set_xticks(axis.ticks, axis.labels)
+        elif axis.ticks is not None:
+            ax.set_yticks(axis.ticks, axis.labels)
+        elif axis.log:
+            setter("log")
+    ax.set_xlabel(x + (" (log)" if xa.log else ""))
+    ax.set_ylabel("outcome" if y is None else y + (" (log)" if ya.log else ""))
+    ax.set_title(f"Stability map: {x} × {y or 'outcome'} ({int(ok.sum())} search trials)",
+                 fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return save(fig, path)
+
+
+@dataclass
+class Curve:
+    """One trial's history as drawn in a curves plot."""
+
+    label: str
+    history: pd.DataFrame
+    stop_step: float | None = None
+
+
+def _thin(frame: pd.DataFrame) -> pd.DataFrame:
+    if len(frame) <= MAX_POINTS:
+        return frame
+    idx = np.unique(np.r_[np.linspace(0, len(frame) - 1, MAX_POINTS).astype(int)])
+    return frame.iloc[idx]
+
+
+def curves_plot(curves: Sequence[Curve], title: str, path: Path) -> Path | None:
+    """loss, grad_norm (log) and lr vs step, one colour per trial, stop steps marked."""
+    if not curves:
+        return None
+    fig = Figure(figsize=(15, 4.6), layout="constrained")
+    axes = fig.subplots(1, 3)
+    fig.suptitle(title, fontsize=11)
+    for ax, key in zip(axes, ("loss", "grad_norm", "lr"), strict=True):
+        seen: list[float] = []
+        for i, curve in enumerate(curves):
+            colour = TRIAL_COLOURS[i % len(TRIAL_COLOURS)]
+            hist = curve.history
+            step = (_finite(hist["step"]) if "step" in hist
+                    else pd.Series(np.arange(1, len(hist) + 1), index=hist.index))
+            label = curve.label if ax is axes[0] else None
+            if key in hist:
+                data = _thin(pd.DataFrame({"s": step, "v": _finite(hist[key])}).dropna())
+                ax.plot(data["s"], data["v"], color=colour, lw=1.2, label=label)
+                seen += data["v"].tolist()
+                label = None
+            if key == "loss" and "val_loss" in hist:
+                val = pd.DataFrame({"s": step, "v": _finite(hist["val_loss"])}).dropna()
+                ax.plot(val["s"], val["v"], color=colour, lw=1, ls="--", marker=".", ms=4)
+                seen += val["v"].tolist()
+            if curve.stop_step is not None and math.isfinite(curve.stop_step):
+                ax.axvline(curve.stop_step, color=colour, ls=":", lw=1.2, label=label)
+        values = pd.Series(seen, dtype=float)
+        if key == "grad_norm" and (values > 0).any():
+            ax.set_yscale("log")
+        else:
+            _auto_log(ax, "y", values, ratio=1e3)
+        if not seen:
+            ax.text(0.5, 0.5, f"{key} not reported", transform=ax.transAxes, ha="center",
+                    color="#888")
+        ax.set_title(key + (" (log)" if ax.get_yscale() == "log" else "")
+                     + (" — dashed: val_loss" if key == "loss" else ""), fontsize=10)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncol=min(4, len(handles)),
+                   fontsize=8, frameon=False)
+    return save(fig, path)
