@@ -56,7 +56,7 @@ def _log_trial(client, exp_id: str, parent_id: str, rec: TrialRecord, rank: int 
         tags.update({"sweeps.reason": rec.reason, "sweeps.stop_step": str(rec.stop_step)})
     if rank is not None:
         tags["sweeps.pareto_rank"] = str(rank)
-    run = client.create_run(exp_id, run_name=rec.trial_id, tags=tags)
+    run = client.create_run(exp_id, run_name=rec.trial_id, tags={"mlflow.parentRunId": parent_id})
     rid = run.info.run_id
     now = int(time.time() * 1000)
     metrics = []
@@ -67,8 +67,11 @@ def _log_trial(client, exp_id: str, parent_id: str, rec: TrialRecord, rank: int 
                 continue
             metrics.append(Metric(key, float(value), now, step))
     params = [Param(k, str(v)) for k, v in rec.values.items()]
-    for i in range(0, max(len(metrics), 1), _BATCH):
-        client.log_batch(rid, metrics=metrics[i:i + _BATCH], params=params if i == 0 else [])
+    tag_list = [RunTag(k, v) for k, v in tags.items() if k != "mlflow.parentRunId"]
+    for i in range(0, max(len(metrics), 1), _BATCH):  # one call carries params and tags too
+        first = i == 0
+        client.log_batch(rid, metrics=metrics[i:i + _BATCH], params=params if first else [],
+                         tags=tag_list if first else [])
     client.set_terminated(rid, "FAILED" if rec.failed else "FINISHED")
 
 

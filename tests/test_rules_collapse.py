@@ -9,7 +9,7 @@ import pytest
 from sweeps.rules.collapse import check
 from sweeps.rules.settings import RuleSettings
 
-S = RuleSettings()
+S = RuleSettings(collapse_min_step=0)  # the rule's mechanics, from the first report
 
 
 def stds(ratios, start: int = 0) -> list[dict]:
@@ -62,3 +62,14 @@ def test_missing_zero_and_non_finite_stds_are_not_judged():
     assert check([{"step": t, "pred_std": 0.0, "target_std": 0.0} for t in range(30)], S) is None
     nan = [{"step": t, "pred_std": math.nan, "target_std": 1.0} for t in range(30)]
     assert check(nan, S) is None
+
+
+def test_default_does_not_judge_a_fresh_model_before_step_50():
+    # a freshly initialised model predicting nearly one value, then learning the spread
+    history = [{"step": k, "pred_std": 0.05 if k < 45 else 0.6, "target_std": 1.0}
+               for k in range(1, 120)]
+    assert all(check(history[:n], RuleSettings()) is None for n in range(1, len(history) + 1))
+    collapsed = [{"step": k, "pred_std": 0.01, "target_std": 1.0} for k in range(1, 120)]
+    verdict = next(v for n in range(1, 120)
+                   if (v := check(collapsed[:n], RuleSettings())) is not None)
+    assert verdict.step >= 50

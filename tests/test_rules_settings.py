@@ -17,7 +17,7 @@ def test_defaults_match_the_documented_table():
     assert (s.baseline_loss, s.flat_tolerance, s.flat_patience) == (None, 0.05, 100)
     assert (s.divergence_ratio, s.divergence_patience) == (2.0, 20)
     assert (s.spike_ratio, s.spike_window, s.spike_min_history) == (10.0, 20, 5)
-    assert (s.collapse_ratio, s.collapse_patience, s.collapse_min_step) == (0.1, 20, 0)
+    assert (s.collapse_ratio, s.collapse_patience, s.collapse_min_step) == (0.1, 20, 50)
     assert (s.warmup_steps, s.lr_restart_factor, s.allow_lr_restarts) == (0, 2.0, False)
     assert (s.dead_patience, s.clip_warn_fraction, s.clip_warn_min_reports) == (50, 0.5, 20)
     assert s.allow_nonfinite_grads is False

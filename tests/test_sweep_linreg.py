@@ -23,6 +23,14 @@ UNSTABLE_LRS = [20.0, 5.0]
 FLAT_LRS = [1.0e-5]
 
 
+def _journal(folder):
+    """The study as a user opens it (README)."""
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    return JournalStorage(JournalFileBackend(str(folder / "optuna.journal")))
+
+
 def _trials(folder):
     trials = pd.read_csv(folder / "trials.csv")
     trials["reason"] = trials["reason"].fillna("")
@@ -95,7 +103,7 @@ def test_stable_yamls_are_stable_configs_in_the_user_layout(linreg_run):
 
 def test_optuna_study_records_unstable_trials_as_infeasible(linreg_run):
     study = optuna.load_study(study_name="linreg",
-                              storage=f"sqlite:///{linreg_run / 'optuna.db'}")
+                              storage=_journal(linreg_run))
     trials = study.get_trials(deepcopy=False)
     assert len(trials) == 12
     unstable = [t for t in trials if t.user_attrs.get("status") == "unstable"]
@@ -165,7 +173,7 @@ def test_crashing_trials_are_classified_and_the_sweep_goes_on(tmp_path, ray_sess
     assert [p.name for p in (out / "stable").iterdir()] == [
         f"rank-01-{trials.loc['none', 'trial_id']}.yaml"]
     study = optuna.load_study(study_name="linreg-crash",
-                              storage=f"sqlite:///{out / 'optuna.db'}")
+                              storage=_journal(out))
     crashed = [t for t in study.trials if t.user_attrs.get("status") == "crash"]
     assert len(crashed) == 3 and all(t.constraints == {"stability": 1.0} for t in crashed)
 

@@ -22,9 +22,9 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
     non-finite std or ``target_std <= 0`` are skipped.
 
     Example:
-        >>> history = [{"step": s, "pred_std": 0.01, "target_std": 1.0} for s in range(20)]
-        >>> check(history, RuleSettings()).step
-        19
+        >>> history = [{"step": s, "pred_std": 0.01, "target_std": 1.0} for s in range(80)]
+        >>> check(history, RuleSettings()).step  # not judged before step 50
+        79
     """
     if not history:
         return None

@@ -143,7 +143,9 @@ class RuleSettings(BaseModel):
         "be collapsed.",
     )
     collapse_min_step: int = Field(
-        0, ge=0, description="Reports before this step are never counted as collapsed."
+        50, ge=0, description="Reports before this step are never counted as collapsed: a "
+        "freshly initialised model often predicts nearly the same value for every input "
+        "for its first few dozen steps. The runner raises it to the end of warmup."
     )
 
     # -- lr_anomaly ---------------------------------------------------------------------
