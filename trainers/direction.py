@@ -15,15 +15,14 @@ loop plus three things sweeps needs,
    ``try``/``except`` around it: the runner ends an unstable trial by raising
    out of ``report``.
 
-Run it directly, optionally overriding keys::
+Run one trial of it, with the rules judging every step, from the project folder::
 
-    python -m trainers.direction examples/configs/direction.yaml training.lr=3e-3
+    sweeps try examples/direction.yaml --set lr=3e-3
 """
 
 from __future__ import annotations
 
 import math
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -495,42 +494,3 @@ def train(config: dict[str, Any], report: Callable[[dict], None]) -> None:
         if is_eval:
             metrics["val_loss"] = evaluate(net, val_set)
         report(metrics)  # no try/except: the runner stops a trial by raising here
-
-
-def _main(argv: list[str]) -> None:
-    """``python -m trainers.direction [CONFIG] [section.key=value ...]``: one run, printed."""
-    import yaml
-
-    path = argv[0] if argv and "=" not in argv[0] else "examples/configs/direction.yaml"
-    with open(path) as f:
-        config = yaml.safe_load(f)
-    for override in (a for a in argv if "=" in a):
-        dotted, value = override.split("=", 1)
-        section, key = dotted.split(".", 1)
-        config.setdefault(section, {})[key] = yaml.safe_load(value)
-
-    history: list[dict] = []
-
-    def report(metrics: dict) -> None:
-        history.append(metrics)
-        if "val_loss" in metrics:
-            print(
-                f"step {metrics['step']:4d}  loss {metrics['loss']:.4f}  "
-                f"val_loss {metrics['val_loss']:.4f}  grad_norm {metrics['grad_norm']:.3g}  "
-                f"lr {metrics['lr']:.3g}  step_time {metrics['step_time'] * 1e3:.1f} ms",
-                flush=True,
-            )
-
-    start = time.perf_counter()
-    train(config, report)
-    bad = [m["step"] for m in history if not math.isfinite(m["loss"] + m["grad_norm"])]
-    print(
-        f"final val_loss {history[-1]['val_loss']:.4f}  "
-        f"max grad_norm {max(m['grad_norm'] for m in history):.3g}  "
-        f"first non-finite step {bad[0] if bad else None}  "
-        f"wall {time.perf_counter() - start:.1f} s"
-    )
-
-
-if __name__ == "__main__":
-    _main(sys.argv[1:])

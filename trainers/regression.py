@@ -27,15 +27,14 @@ The loop is the one of ``trainers/direction.py`` (whose ``make_scheduler`` and
 after ``backward()`` adds ``pred_std`` and ``target_std`` to every report, which
 is what the ``collapse`` rule judges.
 
-Run it directly, optionally overriding keys::
+Run one trial of it, with the rules judging every step, from the project folder::
 
-    python -m trainers.regression examples/configs/regression.yaml training.weight_decay=0.3
+    sweeps try examples/regression.yaml --set weight_decay=0.3
 """
 
 from __future__ import annotations
 
 import math
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -296,42 +295,3 @@ def train(config: dict[str, Any], report: Callable[[dict], None]) -> None:
         if is_eval:
             metrics["val_loss"], metrics["val_pred_std"] = evaluate(net, val_set)
         report(metrics)  # no try/except: the runner stops a trial by raising here
-
-
-def _main(argv: list[str]) -> None:
-    """``python -m trainers.regression [CONFIG] [section.key=value ...]``: one run, printed."""
-    import yaml
-
-    path = argv[0] if argv and "=" not in argv[0] else "examples/configs/regression.yaml"
-    with open(path) as f:
-        config = yaml.safe_load(f)
-    for override in (a for a in argv if "=" in a):
-        dotted, value = override.split("=", 1)
-        section, key = dotted.split(".", 1)
-        config.setdefault(section, {})[key] = yaml.safe_load(value)
-
-    history: list[dict] = []
-
-    def report(metrics: dict) -> None:
-        history.append(metrics)
-        if "val_loss" in metrics:
-            print(
-                f"step {metrics['step']:4d}  loss {metrics['loss']:.4f}  "
-                f"val_loss {metrics['val_loss']:.4f}  "
-                f"pred/target std {metrics['pred_std'] / metrics['target_std']:.3f}  "
-                f"grad_norm {metrics['grad_norm']:.3g}  lr {metrics['lr']:.3g}  "
-                f"step_time {metrics['step_time'] * 1e3:.2f} ms",
-                flush=True,
-            )
-
-    start = time.perf_counter()
-    train(config, report)
-    print(
-        f"final val_loss {history[-1]['val_loss']:.4f}  "
-        f"val pred std {history[-1]['val_pred_std']:.4f}  "
-        f"wall {time.perf_counter() - start:.1f} s"
-    )
-
-
-if __name__ == "__main__":
-    _main(sys.argv[1:])
