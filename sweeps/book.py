@@ -37,7 +37,6 @@ _TUNE_KEYS = frozenset({
     "time_since_restore", "iterations_since_restore", "config", "experiment_tag",
     "__duplicate__"})
 
-STATUSES = ("ok", "unstable", "crash", "pruned")
 
 
 @dataclass

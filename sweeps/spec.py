@@ -34,7 +34,6 @@ from sweeps.space import (
 from sweeps.trainer_loader import load_trainer, search_paths
 
 RESERVED_KEY = "sweep"
-DERIVED_METRICS = ("instability", "step_time", "compile_s")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _KNOB = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
