@@ -205,3 +205,23 @@ def test_a_config_stable_only_on_a_lucky_seed_does_not_reach_stable(tmp_path, ra
     assert not list((out / "stable").glob("*.yaml")), "no lucky-seed config is written"
     trials = _trials(out)
     assert (trials[trials["role"] == "search"]["status"] == "ok").all()
+
+
+def test_report_best_and_machine_readable_output(linreg_run, capsys):
+    import json
+
+    assert main(["report", str(linreg_run), "--format", "json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    trials = _trials(linreg_run)
+    search = trials[trials["role"] == "search"]
+    assert info["search_trials"] == len(search)
+    assert info["counts"] == search["status"].value_counts().to_dict()
+    assert info["failures"] == search[search["reason"] != ""]["reason"].value_counts().to_dict()
+    assert main(["report", str(linreg_run), "--format", "csv"]) == 0
+    assert capsys.readouterr().out == (linreg_run / "trials.csv").read_text()
+    assert main(["best", str(linreg_run)]) == 0
+    best = capsys.readouterr().out.strip()
+    assert best == info["best_yaml"] and best.endswith(".yaml") and "rank-01-" in best
+    assert main(["report", str(linreg_run)]) == 0
+    assert "report:" in capsys.readouterr().out
+    assert (linreg_run / "report.html").stat().st_size > 1000
