@@ -117,6 +117,15 @@ def _trial(values: dict, history: list[dict]) -> dict[str, Any]:
     return {"values": values, "history": history}
 
 
+def _search_on_quality(sweep):
+    """The same sweep with TPE on val_loss alone and stability as a constraint only."""
+    from dataclasses import replace
+
+    budget = sweep.spec.budget.model_copy(update={"search_on": "quality"})
+    spec = sweep.spec.model_copy(update={"budget": budget, "name": sweep.spec.name + "-q"})
+    return replace(sweep, spec=spec, output_dir=sweep.output_dir.with_name(spec.name))
+
+
 def run_sweeps(sweep) -> list[dict]:
     from sweeps import book as book_mod
     from sweeps.pipeline import run_sweep
@@ -346,6 +355,8 @@ def main() -> None:
                 start = time.perf_counter()
                 if method == "sweeps":
                     got = run_sweeps(sweep)
+                elif method == "sweeps search_on=quality":
+                    got = run_sweeps(_search_on_quality(sweep))
                 elif method == "tune+optuna+asha":
                     got = run_tune(sweep, seed, random=False)
                 elif method == "tune random+asha":

@@ -20,6 +20,7 @@ from ray.tune.search.optuna import OptunaSearch
 
 from sweeps.book import TrialBook
 from sweeps.config_paths import get_path
+from sweeps.reporter import FINAL
 from sweeps.space import central_value, contains, optuna_space
 from sweeps.spec import Sweep
 
@@ -74,7 +75,11 @@ class StabilityAwareSearch(OptunaSearch):
     def __init__(self, sweep: Sweep, book: TrialBook,
                  storage: optuna.storages.BaseStorage | None = None) -> None:
         self.book = book
-        self.objectives = list(sweep.objectives)
+        # what the sampler optimises: every objective (the Pareto front), or the quality
+        # objective alone with stability as a constraint only (budget.search_on: quality)
+        searched = sweep.objectives if sweep.spec.budget.search_on == "all" else \
+            sweep.objectives[:1]
+        self.objectives = list(searched)
         metrics = [o.metric for o in self.objectives]
         modes = [o.mode for o in self.objectives]
         multi = len(metrics) > 1
@@ -89,7 +94,8 @@ class StabilityAwareSearch(OptunaSearch):
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         """Intermediate values (single objective only) where the metric was reported."""
-        if isinstance(self.metric, list) or trial_id in self._completed_trials:
+        if isinstance(self.metric, list) or trial_id in self._completed_trials or \
+                result.get(FINAL):  # a summary repeating the last report
             return
         value, step = result.get(self.metric), result.get("step")
         if isinstance(value, (int, float)) and isinstance(step, int) and value == value:

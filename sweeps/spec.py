@@ -59,6 +59,10 @@ class Budget(_Strict):
         default="asha", description="early stopping of poor but stable trials")
     grace_steps: int | None = Field(
         default=None, ge=1, description="steps before ASHA may stop a trial (max_steps/4)")
+    search_on: Literal["all", "quality"] = Field(
+        default="all", description="what TPE optimises: every objective (all), or the first "
+        "objective alone with instability as a constraint (quality); selection always uses "
+        "every objective")
     hang_timeout: float | None = Field(
         default=900.0, gt=0, description="seconds a trial may go without reporting before it "
         "is stopped as hung (the first report includes data loading and compilation); "

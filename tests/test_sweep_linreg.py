@@ -225,3 +225,27 @@ def test_report_best_and_machine_readable_output(linreg_run, capsys):
     assert main(["report", str(linreg_run)]) == 0
     assert "report:" in capsys.readouterr().out
     assert (linreg_run / "report.html").stat().st_size > 1000
+
+
+def test_search_on_quality_alone_keeps_the_constraint(tmp_path, ray_session, monkeypatch):
+    from tests.conftest import SWEEPFILES
+
+    for f in SWEEPFILES.iterdir():
+        if f.is_file():
+            (tmp_path / f.name).write_text(f.read_text())
+    data = yaml.safe_load((tmp_path / "linreg.yaml").read_text())
+    data["name"] = "quality-only"
+    data["budget"] = {"trials": 4, "max_steps": 40, "concurrent": 2, "scheduler": "none",
+                      "search_on": "quality"}
+    data["confirm"] = {"seeds": 0, "lr_probe": 0}
+    data["initial_points"] = [{"lr": 20.0}, {"lr": 0.05}]
+    (tmp_path / "linreg.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "linreg.yaml", "--quiet"]) == 0
+    out = tmp_path / "results" / "quality-only"
+    study = optuna.load_study(study_name="quality-only", storage=_journal(out))
+    assert len(study.directions) == 1
+    failed = [t for t in study.trials if t.user_attrs.get("status") == "unstable"]
+    assert failed and all(t.constraints == {"stability": 1.0} for t in failed)
+    pareto = pd.read_csv(out / "pareto.csv")
+    assert {"val_loss", "instability"} <= set(pareto.columns), "selection uses every objective"
