@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sweeps import COMPILE_MODES, Monitor, compile_model
+from sweeps import Monitor, compile_mode, compile_model
 from trainers.direction import make_scheduler, shuffled_batches
 
 VAL_SEED_OFFSET = 1_000_003  # validation inputs use data.seed + this
@@ -225,11 +225,7 @@ def train(config: dict[str, Any], report: Callable[[dict], None]) -> None:
     eval_every = int(opt.get("eval_every") or max_steps)
     report_every = int(opt.get("report_every", 1))
     grad_clip = float(opt["grad_clip"]) if opt.get("grad_clip") else None
-    compile_mode = opt.get("compile") or "none"  # null / false: eager
-    if compile_mode is True:
-        compile_mode = "default"
-    if compile_mode not in COMPILE_MODES:
-        raise ValueError(f"training.compile: unknown {compile_mode!r}; one of {COMPILE_MODES}")
+    mode = compile_mode(opt.get("compile"), key="training.compile")  # null / false: eager
     torch.manual_seed(seed)  # initial weights and dropout
 
     # Data: generated once; a step only indexes into the tensors.
@@ -252,7 +248,7 @@ def train(config: dict[str, Any], report: Callable[[dict], None]) -> None:
         head_init_scale=float(net_cfg.get("head_init_scale", 1.0)),
         output_activation=str(net_cfg.get("output_activation", "none")),
     )
-    model = compile_model(net, compile_mode)  # evaluation uses the eager `net`
+    model = compile_model(net, mode)  # evaluation uses the eager `net`
     optimizer = make_optimizer(
         net.parameters(),
         str(opt.get("optimizer", "adamw")),
@@ -283,7 +279,7 @@ def train(config: dict[str, Any], report: Callable[[dict], None]) -> None:
         optimizer.zero_grad(set_to_none=True)
         scheduler.step()
         step_time = time.perf_counter() - start  # forward, backward, monitor, clip, step
-        if step == 1 and compile_mode != "none":
+        if step == 1 and mode != "none":
             once["compile_s"] = step_time  # the first step includes compilation
 
         is_eval = step % eval_every == 0 or step == max_steps
