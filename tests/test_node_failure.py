@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.test_ray_cluster import SCRIPTS, _cluster_python, _free_ports
+from tests.test_ray_cluster import SCRIPTS, _cluster_python, cluster_env
 
 pytestmark = pytest.mark.slow
 
@@ -52,12 +52,7 @@ def test_killing_a_worker_node_retries_its_trial_from_the_checkpoint(linreg_dir)
     if py is None:
         pytest.skip("no Python with ray[default] for the cluster")
     state = Path(tempfile.mkdtemp(prefix="swn-", dir="/tmp"))
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env.update(SWEEPS_RAY_DIR=str(state), SWEEPS_RAY_PYTHON=py, SWEEPS_RAY_STOP_GRACE="3",
-               SWEEPS_RAY_CLEAN="1", SWEEPS_RAY_PORT=str(_free_ports(1)),
-               SWEEPS_RAY_DASHBOARD_PORT=str(_free_ports(1)),
-               SWEEPS_RAY_AGENT_PORT=str(_free_ports(2)), SWEEPS_RAY_WORKERS="1",
-               SWEEPS_RAY_CPUS="1")
+    env = cluster_env(state, py)
     start = subprocess.run([str(SCRIPTS / "start-local-cluster.sh")], env=env, text=True,
                            capture_output=True, timeout=240)
     driver = None

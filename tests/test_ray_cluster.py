@@ -59,6 +59,17 @@ def _free_ports(n: int) -> int:
     raise RuntimeError("no free ports")
 
 
+def cluster_env(state: Path, py: str) -> dict[str, str]:
+    """Environment for the local-cluster scripts: a head and one worker node of 1 CPU each."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(SWEEPS_RAY_DIR=str(state), SWEEPS_RAY_PYTHON=py, SWEEPS_RAY_STOP_GRACE="3",
+               SWEEPS_RAY_CLEAN="1", SWEEPS_RAY_PORT=str(_free_ports(1)),
+               SWEEPS_RAY_DASHBOARD_PORT=str(_free_ports(1)),
+               SWEEPS_RAY_AGENT_PORT=str(_free_ports(2)), SWEEPS_RAY_WORKERS="1",
+               SWEEPS_RAY_CPUS="1")
+    return env
+
+
 @pytest.fixture(scope="module")
 def cluster_state():
     """A fresh local two-node cluster: (its Jobs API URL, its state folder)."""
@@ -67,12 +78,7 @@ def cluster_state():
         pytest.skip("no Python with ray[default] (the Jobs API) for the cluster: install "
                     "ray[default] or set SWEEPS_RAY_PYTHON")
     state = Path(tempfile.mkdtemp(prefix="swr-", dir="/tmp"))  # Ray's socket paths are short
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env.update(SWEEPS_RAY_DIR=str(state), SWEEPS_RAY_PYTHON=py, SWEEPS_RAY_STOP_GRACE="3",
-               SWEEPS_RAY_CLEAN="1", SWEEPS_RAY_PORT=str(_free_ports(1)),
-               SWEEPS_RAY_DASHBOARD_PORT=str(_free_ports(1)),
-               SWEEPS_RAY_AGENT_PORT=str(_free_ports(2)), SWEEPS_RAY_WORKERS="1",
-               SWEEPS_RAY_CPUS="1")
+    env = cluster_env(state, py)
     start = subprocess.run([str(SCRIPTS / "start-local-cluster.sh")], env=env, text=True,
                            capture_output=True, timeout=240)
     if start.returncode != 0:
