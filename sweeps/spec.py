@@ -200,7 +200,7 @@ def load_sweep_dict(data: Any, *, base_dir: Path, import_trainer: bool = True) -
     _check_write_back(spec.write_back, space, base_config)
     _check_initial_points(spec.initial_points, space)
     objectives = list(spec.objectives)
-    notes: list[str] = []
+    notes: list[str] = new_path_notes(spec.write_back, base_config)
     compile_knob = space.get("compile")
     if compile_knob is not None and not compile_knob.is_fixed() and not any(
             o.metric == "step_time" for o in objectives):
@@ -302,6 +302,31 @@ def _knobs(raw: dict[Any, Any], root: str) -> dict[str, _Knob]:
             _check_compile(knob, key)
         space[name] = knob
     return space
+
+
+def _leaf_paths(config: Mapping[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for key, value in config.items():
+        path = f"{prefix}{key}"
+        out += _leaf_paths(value, path + ".") if isinstance(value, Mapping) else [path]
+    return out
+
+
+def new_path_notes(write_back: dict[str, str], base_config: dict[str, Any]) -> list[str]:
+    """A note per write-back path the base config does not have (a typo writes a key the
+    trainer never reads), with the closest existing path."""
+    if not base_config:
+        return []
+    leaves = _leaf_paths(base_config)
+    notes = []
+    for knob, path in write_back.items():
+        if path in leaves:
+            continue
+        near = difflib.get_close_matches(path, leaves, n=1)
+        hint = f"; did you mean '{near[0]}'?" if near else ""
+        notes.append(f"write_back.{knob}: '{path}' is not in the base config and will be added "
+                     f"to it{hint} (the trainer must read it there)")
+    return notes
 
 
 def _check_initial_points(points: list[dict[str, Any]], space: dict[str, _Knob]) -> None:

@@ -114,3 +114,14 @@ def test_validate_accepts_the_good_file(linreg_dir, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "valid" in out and "lr (loguniform)" in out
     assert not (linreg_dir / "results").exists()
+
+
+def test_write_back_path_missing_from_the_base_config_is_noted(linreg_dir, capsys, monkeypatch):
+    data = _base(linreg_dir)
+    data["write_back"]["lr"] = "train.lrr"  # a typo would write a key the trainer never reads
+    path = write_sweep(linreg_dir, data, "typo.yaml")
+    monkeypatch.chdir(linreg_dir)
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "write_back.lr: 'train.lrr' is not in the base config" in out
+    assert "did you mean 'train.lr'?" in out
