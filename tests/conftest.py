@@ -10,13 +10,36 @@ import yaml
 SWEEPFILES = Path(__file__).parent / "sweepfiles"
 
 
+def copy_sweepfiles(folder: Path) -> Path:
+    """Copy the test sweeps, their trainers and configs into ``folder``."""
+    for f in SWEEPFILES.iterdir():
+        if f.is_file():
+            (folder / f.name).write_text(f.read_text())
+    return folder
+
+
+def edit_linreg(folder: Path, train: dict | None = None, **sweep: object) -> None:
+    """Change the copied linreg sweep: top-level keys of linreg.yaml (a mapping is merged into
+    the one there), and keys of the ``train`` section of linreg_config.yaml."""
+    path = folder / "linreg.yaml"
+    data = yaml.safe_load(path.read_text())
+    for key, value in sweep.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key].update(value)
+        else:
+            data[key] = value
+    path.write_text(yaml.safe_dump(data))
+    if train:
+        cfg_path = folder / "linreg_config.yaml"
+        cfg = yaml.safe_load(cfg_path.read_text())
+        cfg["train"].update(train)
+        cfg_path.write_text(yaml.safe_dump(cfg))
+
+
 @pytest.fixture
 def linreg_dir(tmp_path: Path) -> Path:
     """A copy of the linreg sweep, trainer and config in a fresh folder."""
-    for f in SWEEPFILES.iterdir():
-        if f.is_file():
-            (tmp_path / f.name).write_text(f.read_text())
-    return tmp_path
+    return copy_sweepfiles(tmp_path)
 
 
 def write_sweep(folder: Path, data: dict, name: str = "sweep.yaml") -> Path:

@@ -12,24 +12,16 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
 from sweeps.cli import main
+from tests.conftest import edit_linreg
 
 pytestmark = pytest.mark.slow
 
 
 def _configure(folder: Path, name: str, train: dict, budget: dict, space=None) -> None:
-    data = yaml.safe_load((folder / "linreg.yaml").read_text())
-    data["name"] = name
-    data["budget"] = budget
-    data["confirm"] = {"seeds": 0, "lr_probe": 0}
-    if space:
-        data["search_space"]["lr"] = space
-    (folder / "linreg.yaml").write_text(yaml.safe_dump(data))
-    cfg = yaml.safe_load((folder / "linreg_config.yaml").read_text())
-    cfg["train"].update(train)
-    (folder / "linreg_config.yaml").write_text(yaml.safe_dump(cfg))
+    edit_linreg(folder, name=name, budget=budget, confirm={"seeds": 0, "lr_probe": 0},
+                train=train, **({"search_space": {"lr": space}} if space else {}))
 
 
 def test_a_trial_that_stops_reporting_is_stopped_as_hung(linreg_dir, ray_session, monkeypatch):

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
+from tests.conftest import edit_linreg
 from tests.test_ray_cluster import SCRIPTS, _cluster_python, cluster_env
 
 pytestmark = pytest.mark.slow
@@ -59,15 +59,12 @@ def test_killing_a_worker_node_retries_its_trial_from_the_checkpoint(linreg_dir)
     try:
         assert start.returncode == 0, start.stdout + start.stderr
         record = _record(state)
-        data = yaml.safe_load((linreg_dir / "linreg.yaml").read_text())
-        data["name"] = "node-lost"
-        data["search_space"]["lr"] = {"type": "loguniform", "low": 0.04, "high": 0.06}
-        data["budget"] = {"trials": 2, "max_steps": 80, "concurrent": 2, "scheduler": "none"}
-        data["confirm"] = {"seeds": 0, "lr_probe": 0}
-        (linreg_dir / "linreg.yaml").write_text(yaml.safe_dump(data))
-        cfg = yaml.safe_load((linreg_dir / "linreg_config.yaml").read_text())
-        cfg["train"].update(sleep=0.1, checkpoint_every=10)
-        (linreg_dir / "linreg_config.yaml").write_text(yaml.safe_dump(cfg))
+        edit_linreg(linreg_dir, name="node-lost",
+                    search_space={"lr": {"type": "loguniform", "low": 0.04, "high": 0.06}},
+                    budget={"trials": 2, "max_steps": 80, "concurrent": 2,
+                            "scheduler": "none"},
+                    confirm={"seeds": 0, "lr_probe": 0},
+                    train={"sleep": 0.1, "checkpoint_every": 10})
         out = linreg_dir / "results" / "node-lost"
         driver = subprocess.Popen(
             [py, "-m", "sweeps", "run", "linreg.yaml", "--quiet", "--no-preflight",

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
 from sweeps.cli import main
+from tests.conftest import edit_linreg
 
 pytestmark = pytest.mark.slow
 
@@ -33,15 +33,10 @@ def _finished(folder: Path) -> dict[str, dict]:
 
 
 def test_driver_killed_mid_sweep_resumes_without_losing_trials(linreg_dir, monkeypatch):
-    data = yaml.safe_load((linreg_dir / "linreg.yaml").read_text())
-    data["name"] = "resumable"
-    data["budget"] = {"trials": 10, "max_steps": 60, "concurrent": 2, "scheduler": "none"}
-    data["search_space"]["lr"] = {"type": "loguniform", "low": 1e-3, "high": 0.5}
-    data["base_config"] = "linreg_config.yaml"
-    (linreg_dir / "linreg.yaml").write_text(yaml.safe_dump(data))
-    cfg = yaml.safe_load((linreg_dir / "linreg_config.yaml").read_text())
-    cfg["train"]["sleep"] = 0.02  # ~1.2 s per trial, so the kill lands mid-sweep
-    (linreg_dir / "linreg_config.yaml").write_text(yaml.safe_dump(cfg))
+    edit_linreg(linreg_dir, name="resumable",
+                budget={"trials": 10, "max_steps": 60, "concurrent": 2, "scheduler": "none"},
+                search_space={"lr": {"type": "loguniform", "low": 1e-3, "high": 0.5}},
+                train={"sleep": 0.02})  # ~1.2 s per trial, so the kill lands mid-sweep
     out = linreg_dir / "results" / "resumable"
     driver = subprocess.Popen([sys.executable, "-m", "sweeps", "run", "linreg.yaml", "--quiet"],
                               cwd=linreg_dir, stdout=subprocess.DEVNULL,

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from sweeps.cli import main
+from tests.conftest import copy_sweepfiles, edit_linreg
 
 pytestmark = pytest.mark.slow
 
@@ -39,15 +40,8 @@ def _trials(folder):
 
 @pytest.fixture(scope="module")
 def linreg_run(tmp_path_factory, ray_session):
-    from tests.conftest import SWEEPFILES
-
-    folder = tmp_path_factory.mktemp("linreg")
-    for f in SWEEPFILES.iterdir():
-        if f.is_file():
-            (folder / f.name).write_text(f.read_text())
-    data = yaml.safe_load((folder / "linreg.yaml").read_text())
-    data["initial_points"] = [{"lr": lr} for lr in UNSTABLE_LRS + FLAT_LRS + [0.05]]
-    (folder / "linreg.yaml").write_text(yaml.safe_dump(data))
+    folder = copy_sweepfiles(tmp_path_factory.mktemp("linreg"))
+    edit_linreg(folder, initial_points=[{"lr": lr} for lr in UNSTABLE_LRS + FLAT_LRS + [0.05]])
     import os
 
     cwd = os.getcwd()
@@ -140,23 +134,17 @@ def test_mlflow_has_a_run_per_trial_with_reason_tags(linreg_run):
         assert "loss" in run.data.metrics
 
 
-def test_crashing_trials_are_classified_and_the_sweep_goes_on(tmp_path, ray_session,
+def test_crashing_trials_are_classified_and_the_sweep_goes_on(linreg_dir, ray_session,
                                                              monkeypatch):
-    from tests.conftest import SWEEPFILES
-
-    for f in SWEEPFILES.iterdir():
-        if f.is_file():
-            (tmp_path / f.name).write_text(f.read_text())
-    data = yaml.safe_load((tmp_path / "linreg.yaml").read_text())
-    data["name"] = "linreg-crash"
-    data["search_space"]["fail"] = {"type": "categorical",
-                                    "choices": ["none", "raise", "raise_late", "silent"]}
-    data["write_back"]["fail"] = "train.fail"
-    data["initial_points"] = [{"lr": 0.05, "fail": f}
-                              for f in ("raise", "raise_late", "silent", "none")]
-    data["budget"] = {"trials": 4, "max_steps": 30, "concurrent": 2, "scheduler": "none"}
-    data["confirm"] = {"seeds": 0, "lr_probe": 0}
-    (tmp_path / "linreg.yaml").write_text(yaml.safe_dump(data))
+    tmp_path = linreg_dir
+    edit_linreg(tmp_path, name="linreg-crash",
+                search_space={"fail": {"type": "categorical",
+                                       "choices": ["none", "raise", "raise_late", "silent"]}},
+                write_back={"fail": "train.fail"},
+                initial_points=[{"lr": 0.05, "fail": f}
+                                for f in ("raise", "raise_late", "silent", "none")],
+                budget={"trials": 4, "max_steps": 30, "concurrent": 2, "scheduler": "none"},
+                confirm={"seeds": 0, "lr_probe": 0})
     monkeypatch.chdir(tmp_path)
     assert main(["run", "linreg.yaml", "--quiet"]) == 0
     out = tmp_path / "results" / "linreg-crash"
@@ -178,22 +166,14 @@ def test_crashing_trials_are_classified_and_the_sweep_goes_on(tmp_path, ray_sess
     assert len(crashed) == 3 and all(t.constraints == {"stability": 1.0} for t in crashed)
 
 
-def test_a_config_stable_only_on_a_lucky_seed_does_not_reach_stable(tmp_path, ray_session,
+def test_a_config_stable_only_on_a_lucky_seed_does_not_reach_stable(linreg_dir, ray_session,
                                                                    monkeypatch):
-    from tests.conftest import SWEEPFILES
-
-    for f in SWEEPFILES.iterdir():
-        if f.is_file():
-            (tmp_path / f.name).write_text(f.read_text())
-    data = yaml.safe_load((tmp_path / "linreg.yaml").read_text())
-    data["name"] = "lucky"
-    data["search_space"]["lr"] = {"type": "loguniform", "low": 0.01, "high": 0.1}
-    data["budget"] = {"trials": 3, "max_steps": 40, "concurrent": 2, "scheduler": "none"}
-    data["confirm"] = {"seeds": 2, "lr_probe": 2.0}
-    (tmp_path / "linreg.yaml").write_text(yaml.safe_dump(data))
-    cfg = yaml.safe_load((tmp_path / "linreg_config.yaml").read_text())
-    cfg["train"]["nan_on_seeds"] = [2]  # search runs seed 0; confirmation seeds 1 and 2
-    (tmp_path / "linreg_config.yaml").write_text(yaml.safe_dump(cfg))
+    tmp_path = linreg_dir
+    edit_linreg(tmp_path, name="lucky",
+                search_space={"lr": {"type": "loguniform", "low": 0.01, "high": 0.1}},
+                budget={"trials": 3, "max_steps": 40, "concurrent": 2, "scheduler": "none"},
+                confirm={"seeds": 2, "lr_probe": 2.0},
+                train={"nan_on_seeds": [2]})  # search runs seed 0; confirmation seeds 1 and 2
     monkeypatch.chdir(tmp_path)
     assert main(["run", "linreg.yaml", "--quiet"]) == 0
     out = tmp_path / "results" / "lucky"
@@ -227,19 +207,13 @@ def test_report_best_and_machine_readable_output(linreg_run, capsys):
     assert (linreg_run / "report.html").stat().st_size > 1000
 
 
-def test_search_on_quality_alone_keeps_the_constraint(tmp_path, ray_session, monkeypatch):
-    from tests.conftest import SWEEPFILES
-
-    for f in SWEEPFILES.iterdir():
-        if f.is_file():
-            (tmp_path / f.name).write_text(f.read_text())
-    data = yaml.safe_load((tmp_path / "linreg.yaml").read_text())
-    data["name"] = "quality-only"
-    data["budget"] = {"trials": 4, "max_steps": 40, "concurrent": 2, "scheduler": "none",
-                      "search_on": "quality"}
-    data["confirm"] = {"seeds": 0, "lr_probe": 0}
-    data["initial_points"] = [{"lr": 20.0}, {"lr": 0.05}]
-    (tmp_path / "linreg.yaml").write_text(yaml.safe_dump(data))
+def test_search_on_quality_alone_keeps_the_constraint(linreg_dir, ray_session, monkeypatch):
+    tmp_path = linreg_dir
+    edit_linreg(tmp_path, name="quality-only",
+                budget={"trials": 4, "max_steps": 40, "concurrent": 2, "scheduler": "none",
+                        "search_on": "quality"},
+                confirm={"seeds": 0, "lr_probe": 0},
+                initial_points=[{"lr": 20.0}, {"lr": 0.05}])
     monkeypatch.chdir(tmp_path)
     assert main(["run", "linreg.yaml", "--quiet"]) == 0
     out = tmp_path / "results" / "quality-only"
