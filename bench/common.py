@@ -142,12 +142,12 @@ class Collector:
         return _Collector()
 
 
-def tune_report_adapter() -> Callable[[dict[str, Any]], None]:
+def tune_report_adapter(metric: str = "val_loss") -> Callable[[dict[str, Any]], None]:
     """What a user writes to call a ``train(config, report)`` trainer from Ray Tune.
 
-    Ray's OptunaSearch reads ``result["val_loss"]`` on every result (KeyError otherwise),
-    so the adapter carries the newest validation loss forward (the training loss before
-    the first evaluation); ``val_fresh`` = 1 marks the reports with a real evaluation.
+    Ray's OptunaSearch reads ``result[metric]`` on every result (KeyError otherwise),
+    so the adapter carries the newest value of ``metric`` forward (the training loss
+    before the first evaluation); ``metric_fresh`` = 1 marks the reports that held it.
     """
     from ray import tune
 
@@ -155,24 +155,25 @@ def tune_report_adapter() -> Callable[[dict[str, Any]], None]:
 
     def report(metrics: dict[str, Any]) -> None:
         out = {k: (float(v) if hasattr(v, "item") else v) for k, v in metrics.items()}
-        if "val_loss" in out:
-            last["val_loss"] = out["val_loss"]
-            out["val_fresh"] = 1
+        if metric in out:
+            last[metric] = out[metric]
+            out["metric_fresh"] = 1
         else:
-            out["val_loss"] = last.get("val_loss", out.get("loss", float("nan")))
-            out["val_fresh"] = 0
+            out[metric] = last.get(metric, out.get("loss", float("nan")))
+            out["metric_fresh"] = 0
         tune.report(out)
 
     return report
 
 
-def trainer_history(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """A plain Ray Tune trial's results back as the trainer's reports (carried val_loss out)."""
+def trainer_history(results: Sequence[Mapping[str, Any]],
+                    metric: str = "val_loss") -> list[dict[str, Any]]:
+    """A plain Ray Tune trial's results back as the trainer's reports (carried metric out)."""
     out = []
     for r in results:
         m = dict(r)
-        if m.pop("val_fresh", 1) == 0:
-            m.pop("val_loss", None)
+        if m.pop("metric_fresh", 1) == 0:
+            m.pop(metric, None)
         out.append(m)
     return out
 

@@ -231,6 +231,10 @@ class TrialBook:
         self.journal.close(trial_id)
         return rec
 
+    def steps_spent(self, role: str = "search") -> int:
+        """Training steps the trials of ``role`` have run so far (each its last step)."""
+        return sum(_last_step(rec) for rec in self.trials.values() if rec.role == role)
+
     def objective_values(self, rec: TrialRecord, objs: list[Objective]) -> list[float | None]:
         """Raw objective values of a trial (None where a metric was never reported)."""
         return [objectives.metric_value(rec.history, o.metric) for o in objs]
@@ -260,6 +264,11 @@ class TrialBook:
         if not seen:
             return 1e6 if obj.mode == "min" else -1e6
         return max(seen) if obj.mode == "min" else min(seen)
+
+
+def _last_step(rec: TrialRecord) -> int:
+    step = rec.history[-1].get("step", 0) if rec.history else 0
+    return int(step) if isinstance(step, (int, float)) else 0
 
 
 def _append(history: list[dict[str, Any]], metrics: dict[str, Any]) -> None:

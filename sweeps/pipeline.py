@@ -75,6 +75,8 @@ def archive_previous(out: Path) -> Path | None:
 def save_resolved(sweep: Sweep) -> None:
     """A self-contained copy of the sweep (base config and space inline) for ``resume``."""
     data = sweep.spec.model_dump(mode="json")
+    if sweep.spec.budget.trial_cap is None:  # a step budget without a trial cap stays so
+        del data["budget"]["trials"]
     data["base_config"] = sweep.base_config
     data["search_space"] = {k: v.model_dump(mode="json") for k, v in sweep.space.items()}
     out = sweep.output_dir

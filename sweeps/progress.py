@@ -25,7 +25,7 @@ from sweeps.book import TrialBook, TrialRecord
 class ProgressLines(Callback):
     """Ray Tune callback that shows the sweep's progress (see the module docstring)."""
 
-    def __init__(self, book: TrialBook, total: int, console: Console | None = None,
+    def __init__(self, book: TrialBook, total: int | None, console: Console | None = None,
                  live: bool | None = None) -> None:
         self.book = book
         self.total = total
@@ -110,11 +110,27 @@ class ProgressLines(Callback):
         knobs = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
                          for k, v in rec.values.items())
         what = rec.status if not rec.reason else f"{rec.status} ({rec.reason} @ {rec.stop_step})"
-        return f"[{self.done}/{self.total}] {rec.trial_id} {what}  {knobs}"
+        count = f"{self.done}/{self.total}" if self.total is not None else self.count()
+        return f"[{count}] {rec.trial_id} {what}  {knobs}"
+
+    def count(self) -> str:
+        """``done/total`` trials, or trials done and steps spent of a step budget."""
+        if self.total is not None:
+            return f"{self.done}/{self.total} done"
+        return f"{self.done} done, {self.book.steps_spent()}/{self.step_budget} steps"
+
+    @property
+    def step_budget(self) -> int | None:
+        return self.book.sweep.spec.budget.total_steps
 
     def eta(self) -> tuple[float, float]:
         elapsed = time.monotonic() - self.start
-        left = elapsed / self.done * max(0, self.total - self.done) if self.done else math.nan
+        if self.total is None and self.step_budget:
+            spent = self.book.steps_spent()
+            left = elapsed / spent * max(0, self.step_budget - spent) if spent else math.nan
+        else:
+            left = elapsed / self.done * max(0, self.total - self.done) if self.done else \
+                math.nan
         return elapsed, left
 
     def tally(self) -> str:
@@ -129,7 +145,7 @@ class ProgressLines(Callback):
         table = Table(title=f"sweep {self.book.sweep.name}", show_header=False, box=None)
         table.add_column(style="bold")
         table.add_column()
-        table.add_row("trials", f"{self.done}/{self.total} done, {self.running} running")
+        table.add_row("trials", f"{self.count()}, {self.running} running")
         by_status = {k: n for k, n in self.counts.items() if k in ("ok", "pruned")}
         table.add_row("finished", ", ".join(f"{k} {n}" for k, n in sorted(by_status.items()))
                       or "-")

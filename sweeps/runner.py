@@ -24,7 +24,7 @@ def make_scheduler(sweep: Sweep, book: TrialBook) -> TrialScheduler:
     """
     budget = sweep.spec.budget
     first = sweep.objectives[0]
-    if budget.scheduler == "none" or budget.trials < 4 or first.metric in (
+    if budget.scheduler == "none" or budget.expected_trials < 4 or first.metric in (
             "instability", "step_time", "compile_s"):
         return WatchedFIFO().watch(book, budget.hang_timeout)
     grace = budget.grace_steps or max(1, budget.max_steps // 4)
@@ -40,7 +40,7 @@ def _trainable(sweep: Sweep) -> Any:
                                {"cpu": res.cpu, "gpu": res.gpu})
 
 
-def _run_config(sweep: Sweep, name: str, book: TrialBook, total: int,
+def _run_config(sweep: Sweep, name: str, book: TrialBook, total: int | None,
                 progress: bool) -> tune.RunConfig:
     callbacks = [TrialEvents(book)] + ([ProgressLines(book, total)] if progress else [])
     return tune.RunConfig(
@@ -63,9 +63,10 @@ def run_search(sweep: Sweep, book: TrialBook, *, progress: bool = True,
     tuner = tune.Tuner(
         _trainable(sweep),
         tune_config=tune.TuneConfig(
-            search_alg=searcher, scheduler=make_scheduler(sweep, book), num_samples=budget.trials,
+            search_alg=searcher, scheduler=make_scheduler(sweep, book),
+            num_samples=budget.trial_cap or -1,  # -1: until budget.total_steps is spent
             max_concurrent_trials=budget.concurrent, reuse_actors=True),
-        run_config=_run_config(sweep, "ray", book, budget.trials, progress))
+        run_config=_run_config(sweep, "ray", book, budget.trial_cap, progress))
     tuner.fit()
 
 

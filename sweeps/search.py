@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 import optuna
+from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from sweeps.book import TrialBook
@@ -31,10 +32,16 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def make_sampler(sweep: Sweep) -> optuna.samplers.BaseSampler:
-    """Multivariate TPE with a short random start; TPE reads each trial's constraint."""
-    startup = min(10, max(4, sweep.spec.budget.trials // 4))
+    """Multivariate TPE with a short random start; TPE reads each trial's constraint.
+
+    With trials running at once, a running trial counts as a bad one (constant liar),
+    so concurrent asks do not land on the same spot.
+    """
+    budget = sweep.spec.budget
+    startup = min(10, max(4, budget.expected_trials // 4))
     return optuna.samplers.TPESampler(
-        seed=sweep.spec.seed, multivariate=True, n_startup_trials=startup)
+        seed=sweep.spec.seed, multivariate=True, n_startup_trials=startup,
+        constant_liar=budget.concurrent > 1)
 
 
 STUDY_FILE = "optuna.journal"
@@ -91,6 +98,14 @@ class StabilityAwareSearch(OptunaSearch):
     @property
     def study(self) -> optuna.Study:
         return self._ot_study
+
+    def suggest(self, trial_id: str) -> dict | str | None:
+        """The next config, or FINISHED once ``budget.total_steps`` is spent."""
+        total = self.book.sweep.spec.budget.total_steps
+        if total is not None and trial_id not in self._ot_trials and \
+                self.book.steps_spent() >= total:
+            return Searcher.FINISHED
+        return super().suggest(trial_id)
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         """Intermediate values (single objective only) where the metric was reported."""

@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from sweeps.compile import COMPILE_MODES
 from sweeps.config_paths import collision, split_path, with_values
@@ -52,8 +60,13 @@ class Objective(_Strict):
 class Budget(_Strict):
     """How much the sweep may spend."""
 
-    trials: int = Field(default=32, ge=1, description="trials the search runs")
+    trials: int = Field(default=32, ge=1, description="trials the search runs (with "
+                        "total_steps: an upper bound, none unless given)")
     max_steps: int = Field(default=400, ge=1, description="optimizer steps per trial")
+    total_steps: int | None = Field(
+        default=None, ge=1, description="training steps the search may spend in all; no "
+        "new trial starts once they are spent, so steps saved by stopping unstable or "
+        "poor trials early buy more trials")
     concurrent: int = Field(default=2, ge=1, description="trials running at once")
     scheduler: Literal["asha", "none"] = Field(
         default="asha", description="early stopping of poor but stable trials")
@@ -70,6 +83,29 @@ class Budget(_Strict):
     max_failures: int = Field(
         default=2, ge=0, description="retries of a trial whose worker died, from its last "
         "checkpoint")
+
+    @field_validator("total_steps")
+    @classmethod
+    def _one_trial_fits(cls, total: int | None, info: ValidationInfo) -> int | None:
+        most = info.data.get("max_steps")
+        if total is not None and most is not None and total < most:
+            raise ValueError(f"{total} is less than one trial's max_steps ({most}); "
+                             "raise total_steps or lower max_steps")
+        return total
+
+    @property
+    def trial_cap(self) -> int | None:
+        """Most search trials to start: ``trials``, or None (no cap) for a step budget
+        without an explicit ``trials``."""
+        if self.total_steps is not None and "trials" not in self.model_fields_set:
+            return None
+        return self.trials
+
+    @property
+    def expected_trials(self) -> int:
+        """Trials the search will likely run (a step budget: one per ``max_steps``)."""
+        cap = self.trial_cap
+        return cap if cap is not None else max(1, (self.total_steps or 0) // self.max_steps)
 
 
 class Confirm(_Strict):

@@ -41,8 +41,9 @@ def log_sweep(sweep: Sweep, book: TrialBook, front_rank: dict[str, int],
         _log_trial(client, exp_id, pid, rec, front_rank.get(rec.trial_id), Metric, Param, RunTag)
     client.log_batch(pid, metrics=[Metric(f"trials_{k}", float(v), int(time.time() * 1000), 0)
                                    for k, v in counts.items()],
-                     params=[Param("trials", str(sweep.spec.budget.trials)),
+                     params=[Param("trials", str(sweep.spec.budget.trial_cap or "no cap")),
                              Param("max_steps", str(sweep.spec.budget.max_steps)),
+                             Param("total_steps", str(sweep.spec.budget.total_steps)),
                              Param("trainer", sweep.spec.trainer)])
     client.set_terminated(pid, "FINISHED")
     return pid

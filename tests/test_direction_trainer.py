@@ -273,3 +273,32 @@ def test_unknown_norm_or_optimizer_is_rejected():
         run(small_config(model={"norm": "batch"}))
     with pytest.raises(ValueError, match="training.optimizer"):
         run(small_config(training={"optimizer": "adam"}))
+
+
+def mlp_config(**training) -> dict:
+    """The MLP with the vMF loss (model.kind: mlp, training.loss: vmf)."""
+    return small_config(
+        data={"n_events": 5_000, "n_val": 500},
+        model={"kind": "mlp", "hidden": 128, "layers": 2, "dropout": 0.0},
+        training={"loss": "vmf", "max_steps": 300, "eval_every": 100, "warmup_steps": 20,
+                  "batch_size": 64, "grad_clip": 0, **training},
+    )
+
+
+def test_mlp_with_vmf_loss_learns_on_normalised_inputs():
+    reports = run(mlp_config(lr=1e-2, optimizer="adamw"))
+    final = reports[-1]["val_loss"]  # the mean angle, whatever the training loss
+    assert final < 0.5, f"val_loss {final:.3f} not clearly below pi/2"
+    assert reports[0]["loss"] == pytest.approx(math.log(4 * math.pi), abs=0.3)  # random vMF
+
+
+def test_mlp_with_vmf_loss_goes_non_finite_at_a_high_sgd_lr():
+    reports = run(mlp_config(lr=1.0, optimizer="sgd"))
+    assert any(not math.isfinite(r["loss"]) for r in reports)
+    healthy = run(mlp_config(lr=1e-2, optimizer="sgd"))
+    assert all(math.isfinite(r["loss"]) for r in healthy)
+
+
+def test_vmf_loss_needs_the_mlp():
+    with pytest.raises(ValueError, match="training.loss: vmf needs model.kind: mlp"):
+        run(small_config(training={"loss": "vmf"}))

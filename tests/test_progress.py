@@ -5,11 +5,13 @@ from __future__ import annotations
 import io
 from types import SimpleNamespace
 
+import yaml
 from rich.console import Console
 
 from sweeps.book import TrialBook
 from sweeps.progress import ProgressLines
 from sweeps.spec import load_sweep
+from tests.conftest import edit_linreg
 
 
 def _trial(trial_id, lr, steps, val, reason=None):
@@ -58,3 +60,20 @@ def test_live_panel_on_a_terminal(linreg_dir, monkeypatch):
     progress.on_experiment_end([])
     text = out.getvalue()
     assert "1/2 done" in text and "best so far" in text and "val_loss 0.5 (a)" in text
+
+
+def test_step_budget_counts_steps(linreg_dir, monkeypatch):
+    monkeypatch.chdir(linreg_dir)
+    edit_linreg(linreg_dir, budget={"total_steps": 100})
+    data = yaml.safe_load((linreg_dir / "linreg.yaml").read_text())
+    del data["budget"]["trials"]
+    (linreg_dir / "linreg.yaml").write_text(yaml.safe_dump(data))
+    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml"))
+    assert book.sweep.spec.budget.trial_cap is None
+    out = io.StringIO()
+    progress = ProgressLines(book, None, console=Console(file=out, width=200))
+    _feed(progress, book, _trial("a", 0.1, 20, 0.5))
+    _feed(progress, book, _trial("b", 20.0, 5, float("nan"), reason="non_finite"))
+    text = out.getvalue()
+    assert "[2 done, 25/100 steps] b unstable (non_finite @ 5)" in text
+    assert book.steps_spent() == 25

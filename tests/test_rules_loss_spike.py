@@ -46,11 +46,22 @@ def test_the_median_is_over_the_last_spike_window_losses():
     assert check(losses(values), RuleSettings(spike_window=60)) is None  # median is 100
 
 
-def test_needs_spike_min_history_and_a_positive_median():
+def test_needs_spike_min_history_and_a_scale():
     assert check(losses([1.0] * 4 + [50.0]), S) is None
     assert check(losses([1.0] * 5 + [50.0]), S) is not None
-    assert check(losses([0.0] * 10 + [50.0]), S) is None
-    assert check(losses([-1.0] * 10 + [50.0]), S) is None
+    assert check(losses([0.0] * 10 + [50.0]), S) is None  # no scale to measure a jump in
+
+
+def test_a_negative_log_likelihood_is_judged_by_its_own_scale():
+    # a vMF loss after it crossed zero: noisy around 0, one report at 0.82
+    noisy = [0.19, -0.07, -0.09, -0.07, -0.1, 0.18, 0.12, -0.03, -0.32, 0.17, -0.09, 0.89,
+             -0.28, 0.31, -0.36, 0.02, 0.64, 0.37, 0.82]
+    history = losses(noisy)
+    assert all(check(history[:k], S) is None for k in range(1, len(history) + 1))
+    spike = check(losses(noisy + [40.0]), S)
+    assert spike is not None and spike.evidence["scale"] == pytest.approx(1.25)
+    assert check(losses([-1.0] * 10 + [50.0]), S).evidence["ratio"] == pytest.approx(52.0)
+    assert check(losses([-1.0] * 10 + [7.0]), S) is None  # 8 scales up: below 10
 
 
 def test_a_steady_decrease_and_ordinary_noise_do_not_fire():

@@ -57,6 +57,8 @@ CASES = {
                            "module:function"),
     "collision with scalar": (lambda d: d["write_back"].update(lr="experiment.lr"),
                               "write_back.lr", "'experiment'"),
+    "step budget below one trial": (lambda d: d["budget"].update(total_steps=10),
+                                    "budget.total_steps", "raise total_steps"),
     "negative trials": (lambda d: d["budget"].update(trials=0), "budget.trials",
                         "greater than or equal to 1"),
     "reserved write_back path": (lambda d: d["write_back"].update(lr="sweep.lr"),

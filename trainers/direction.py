@@ -300,6 +300,53 @@ class DirectionModel(nn.Module):
         return F.normalize(self.head(pooled), dim=-1, eps=1e-8)
 
 
+class DirectionMLP(nn.Module):
+    """The quick first model: an MLP on the flattened, zero-padded pulses of an event.
+
+    It returns the raw 3-vector (the loss normalises it), so nothing bounds its
+    scale: with raw inputs (times ~1e4 ns) and a high LR its weights and outputs
+    blow up to inf and NaN, the failure of the user report this trainer models.
+    """
+
+    def __init__(self, max_pulses: int, hidden: int = 128, layers: int = 2,
+                 dropout: float = 0.1, n_features: int = len(FEATURES)) -> None:
+        super().__init__()
+        width, blocks = max_pulses * n_features, []
+        for _ in range(layers):
+            blocks += [nn.Linear(width, hidden), nn.ReLU(), nn.Dropout(dropout)]
+            width = hidden
+        self.body = nn.Sequential(*blocks)
+        self.head = nn.Linear(width, 3)
+
+    def forward(self, features, mask, sensor):
+        # pulses in time order (padding last), so position k is the k-th light seen
+        t = features[..., 0].masked_fill(~mask, float("inf"))
+        order = t.argsort(dim=1)[..., None].expand_as(features)
+        return self.head(self.body(features.gather(1, order).flatten(1)))
+
+
+MODELS = ("transformer", "mlp")
+
+
+def build_model(net_cfg: dict[str, Any], max_pulses: int) -> nn.Module:
+    """``model.kind``: ``transformer`` (DirectionModel, default) or ``mlp`` (DirectionMLP)."""
+    kind = str(net_cfg.get("kind", "transformer"))
+    dropout = float(net_cfg.get("dropout", 0.1))
+    if kind == "mlp":
+        return DirectionMLP(max_pulses, hidden=int(net_cfg.get("hidden", 128)),
+                            layers=int(net_cfg.get("layers", 2)), dropout=dropout)
+    if kind != "transformer":
+        raise ValueError(f"model.kind: unknown {kind!r}; choose one of {MODELS}")
+    layers = net_cfg.get("layers", 1)
+    return DirectionModel(
+        d_model=int(net_cfg.get("d_model", 32)),
+        heads=int(net_cfg.get("heads", 4)),
+        layers=(layers, layers) if isinstance(layers, int) else tuple(layers),
+        dropout=dropout,
+        norm=str(net_cfg.get("norm", "pre")),
+    )
+
+
 def angular_distance(pred: torch.Tensor, target: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """Angle in radians between ``pred`` (any length) and unit ``target``, per row.
 
@@ -311,6 +358,24 @@ def angular_distance(pred: torch.Tensor, target: torch.Tensor, eps: float = 1e-6
     pred = F.normalize(pred, dim=-1, eps=1e-8)
     cos = (pred * target).sum(-1).clamp(-1.0 + eps, 1.0 - eps)
     return torch.acos(cos)
+
+
+def vmf_nll(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Negative log-likelihood of unit ``target`` under a von Mises-Fisher distribution
+    with mean direction ``pred / |pred|`` and concentration ``kappa = |pred|``, per row.
+
+    ``kappa (1 - cos) - log kappa + log 2 pi + log(1 - exp(-2 kappa))``: the usual
+    loss of direction models that also predict their uncertainty. A confident wrong
+    prediction costs ``kappa`` times its miss, so nothing bounds the gradient: at a
+    high LR kappa runs away and the loss, the weights and then the outputs go non-finite.
+    """
+    kappa = pred.norm(dim=-1).clamp_min(1e-6)
+    cos = (pred * target).sum(-1) / kappa
+    return kappa * (1.0 - cos) - torch.log(kappa) + math.log(2 * math.pi) + \
+        torch.log(-torch.expm1(-2.0 * kappa))
+
+
+LOSSES = {"angle": angular_distance, "vmf": vmf_nll}
 
 
 @torch.no_grad()
@@ -446,14 +511,7 @@ def train(config: dict[str, Any], report: Callable[[dict], None]) -> None:
         train_set, val_set = normalized(train_set, stats), normalized(val_set, stats)
     batches = shuffled_batches(len(train_set), batch_size, torch.Generator().manual_seed(seed))
 
-    layers = net_cfg.get("layers", 1)
-    net = DirectionModel(
-        d_model=int(net_cfg.get("d_model", 32)),
-        heads=int(net_cfg.get("heads", 4)),
-        layers=(layers, layers) if isinstance(layers, int) else tuple(layers),
-        dropout=float(net_cfg.get("dropout", 0.1)),
-        norm=str(net_cfg.get("norm", "pre")),
-    )
+    net = build_model(net_cfg, max_pulses=train_set.features.shape[1])
     model = compile_model(net, mode)  # evaluation uses the eager `net`
     optimizer = make_optimizer(
         net.parameters(),
@@ -463,13 +521,20 @@ def train(config: dict[str, Any], report: Callable[[dict], None]) -> None:
     )
     scheduler = lr_scheduler(config, optimizer)
     monitor = Monitor(net, optimizer, grad_clip=grad_clip)
+    loss_name = str(opt.get("loss", "angle"))  # val_loss is the mean angle either way
+    if loss_name not in LOSSES:
+        raise ValueError(f"training.loss: unknown {loss_name!r}; choose one of {tuple(LOSSES)}")
+    if loss_name == "vmf" and not isinstance(net, DirectionMLP):
+        raise ValueError("training.loss: vmf needs model.kind: mlp (the transformer returns "
+                         "unit vectors, so its concentration would be fixed at 1)")
+    loss_fn = LOSSES[loss_name]
 
     once: dict[str, float] = {}  # metrics for the next report only
     for step in range(1, max_steps + 1):
         features, mask, sensor, target = train_set.batch(next(batches))
         start = time.perf_counter()
         pred = model(features, mask, sensor)
-        loss = angular_distance(pred, target).mean()
+        loss = loss_fn(pred, target).mean()
         loss.backward()
         metrics = monitor.measure(loss, pred=pred, target=target)  # before clip and zero_grad
         if grad_clip is not None:

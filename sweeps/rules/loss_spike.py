@@ -2,8 +2,10 @@
 
 A single spike ends the trial: it is the first visible sign of the instability
 that later turns into a blowup or NaN, and it makes the run's final quality a
-matter of luck. Raise ``spike_ratio`` or disable the rule for a loss that is
-legitimately spiky (tiny batches, a loss that approaches 0).
+matter of luck. The jump is measured in units of the loss's own scale, so a
+loss that sits near or below zero (a negative log-likelihood such as a vMF or
+Gaussian NLL) is judged as fairly as one far above it. Raise ``spike_ratio`` or
+disable the rule for a loss that is legitimately spiky (tiny batches).
 """
 
 from __future__ import annotations
@@ -18,16 +20,19 @@ from sweeps.rules.verdict import Verdict
 
 
 def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdict | None:
-    """Fail when the newest loss exceeds ``spike_ratio`` x the median of the previous
-    ``spike_window`` finite losses in the window (at least ``spike_min_history`` of them).
-    The metric is ``loss``, or ``val_loss`` when no report in the window has a ``loss``.
-    A median <= 0 is not judged.
+    """Fail when the newest loss is more than ``spike_ratio - 1`` scales above the median
+    of the previous ``spike_window`` finite losses in the window (at least
+    ``spike_min_history`` of them). The scale is ``|median|``, or the range of those
+    losses when that is larger, so for a positive, settled loss the test is
+    ``loss > spike_ratio x median``; a noisy loss around zero needs a jump many times
+    its own range. The metric is ``loss``, or ``val_loss`` when no report in the window
+    has a ``loss``. A scale of 0 (a constant zero loss) is not judged.
 
     Example:
         >>> history = [{"step": s, "loss": 1.0} for s in range(10)]
         >>> history.append({"step": 10, "loss": 12.0})
         >>> check(history, RuleSettings()).summary()
-        'loss_spike at step 10: metric=loss, loss=12, running_median=1, ratio=12, threshold=10'
+        'loss_spike at step 10: metric=loss, loss=12, running_median=1, scale=1, ratio=12, threshold=10'
     """
     if not history:
         return None
@@ -43,13 +48,18 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
     if len(earlier) < settings.spike_min_history:
         return None
     med = median(earlier)
-    if med <= 0 or value <= settings.spike_ratio * med:
+    scale = max(abs(med), max(earlier) - min(earlier))
+    if scale <= 0:
+        return None
+    ratio = 1.0 + (value - med) / scale  # = loss / median for a settled positive loss
+    if ratio <= settings.spike_ratio:
         return None
     evidence = {
         "metric": key,
         "loss": value,
         "running_median": med,
-        "ratio": value / med,
+        "scale": scale,
+        "ratio": ratio,
         "threshold": settings.spike_ratio,
     }
     return Verdict("loss_spike", newest_step(history), evidence)
