@@ -346,11 +346,29 @@ def steps_to(judged: list[dict], best: float, share: float, mode: str) -> int | 
     return None
 
 
+def best_by(judged: list[dict], steps: int, mode: str) -> float | None:
+    """The best stable value among the trials completed within the first ``steps`` steps."""
+    spent, seen = 0, []
+    for t in judged:
+        spent += t["steps"]
+        if spent > steps:
+            break
+        seen.append(t)
+    return best_of(seen, mode)
+
+
 def best_of(judged: list[dict], mode: str) -> float | None:
     stable = [t["final"] for t in judged if t["stable"]]
     if not stable:
         return None
     return min(stable) if mode == "min" else max(stable)
+
+
+def _gap(value: float | None, target: float | None) -> float | None:
+    """Relative distance of ``value`` from the per-seed best (None: nothing stable yet)."""
+    if value is None or not target:
+        return None
+    return abs(value - target) / abs(target)
 
 
 def summarise(label: str, runs: dict[str, list[list[dict]]], budget: int,
@@ -365,7 +383,7 @@ def summarise(label: str, runs: dict[str, list[list[dict]]], budget: int,
     stats: dict[str, dict] = {}
     for method, per_seed in runs.items():
         s: dict[str, Any] = {f"to{int(th * 100)}": [] for th in THRESHOLDS}
-        s.update(best=[], gap=[], unstable=[], total=[], trials=[])
+        s.update(best=[], gap=[], unstable=[], total=[], trials=[], gap25=[], gap50=[])
         for judged, target in zip(per_seed, targets, strict=True):
             total = sum(t["steps"] for t in judged)
             s["total"].append(total)
@@ -375,8 +393,9 @@ def summarise(label: str, runs: dict[str, list[list[dict]]], budget: int,
                     steps_to(judged, target, th, mode) if target is not None else None)
             best = best_of(judged, mode)
             s["best"].append(best)
-            s["gap"].append(abs(best - target) / abs(target) if best is not None and target
-                            else None)
+            s["gap"].append(_gap(best, target))
+            s["gap25"].append(_gap(best_by(judged, budget // 4, mode), target))
+            s["gap50"].append(_gap(best_by(judged, budget // 2, mode), target))
             bad = sum(t["steps"] for t in judged if not t["stable"])
             s["unstable"].append(bad / total if total else None)
         stats[method] = s
@@ -400,12 +419,64 @@ def summarise(label: str, runs: dict[str, list[list[dict]]], budget: int,
         row.update({
             "best stable (median)": median(s["best"]),
             "best stable (spread)": spread(s["best"]),
-            "gap to seed best (median)": median(s["gap"]),
+            "gap at 25 % of budget": _median_gap(s["gap25"]),
+            "gap at 50 %": _median_gap(s["gap50"]),
+            "gap at 100 %": _median_gap(s["gap"]),
             "unstable step share": median(s["unstable"]),
             "trials (median)": median(s["trials"]),
         })
         rows.append(row)
     return rows, {"targets_per_seed": targets, "per_method": stats}
+
+
+def seed_noise(base, runs: dict[str, list[list[dict]]], steps: int, budget: int,
+               seeds: int) -> dict[str, Any]:
+    """Re-train each method's best stable config of each run on ``seeds`` other trial seeds
+    (in this process): how far apart the same config lands is the floor under any
+    "within x %" target."""
+    import statistics
+
+    import torch
+
+    from sweeps.trainer_loader import load_trainer
+
+    torch.set_num_threads(1)
+    sweep = for_run(base, steps=steps, budget=budget, seed=0, concurrent=1)
+    train = load_trainer(sweep.spec.trainer, sweep.trainer_paths)
+    metric, mode = sweep.objectives[0].metric, sweep.objectives[0].mode
+    configs: list[dict] = []
+    for per_seed in runs.values():
+        for judged in per_seed:
+            stable = [t for t in judged if t["stable"]]
+            if stable:
+                pick = (min if mode == "min" else max)(stable, key=lambda t: t["final"])
+                if pick["values"] not in configs:
+                    configs.append(pick["values"])
+    rows = []
+    for values in configs:
+        finals = []
+        for k in range(seeds):
+            history: list[dict] = []
+            train(sweep.trial_config(values, trial_id="noise", seed=10_000 + k), history.append)
+            vals = [h[metric] for h in history if isinstance(h.get(metric), (int, float))]
+            finals.append(float(vals[-1]) if vals else float("nan"))
+        finite = [f for f in finals if math.isfinite(f)]
+        mean = statistics.fmean(finite) if finite else float("nan")
+        std = statistics.stdev(finite) if len(finite) > 1 else float("nan")
+        rows.append({"values": values, "finals": finals, "mean": mean, "std": std,
+                     "relative_std": std / abs(mean) if finite and mean else float("nan")})
+    rel = [r["relative_std"] for r in rows if math.isfinite(r["relative_std"])]
+    return {"seeds": seeds, "configs": rows,
+            "median_relative_std": median(rel) if rel else float("nan")}
+
+
+def _median_gap(gaps: list[float | None]) -> str:
+    """Median gap in %, a run with nothing stable yet counting as the worst."""
+    if not gaps:
+        return "–"
+    if sum(g is None for g in gaps) * 2 >= len(gaps):
+        return "none stable"
+    return f"{100 * median([math.inf if g is None else g for g in gaps]):.1f} %"
 
 
 def run_method(method: str, sweep) -> list[dict]:
@@ -439,6 +510,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--concurrent", type=int, default=2)
     ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--noise-seeds", type=int, default=0, help="afterwards, re-train each "
+                    "best stable config on this many other seeds to measure the seed noise")
     ap.add_argument("--out", default="efficiency",
                     help="name of the results file: bench/results/<out>.json")
     args = ap.parse_args()
@@ -492,6 +565,12 @@ def main() -> None:
         raw[label] = {"steps": steps, "budget": budget, "seeds": args.seeds, "walls": walls,
                       "metric": base.objectives[0].metric, "mode": mode, **stats,
                       "trials_judged": runs}
+        if args.noise_seeds > 1:
+            noise = seed_noise(base, runs, steps, budget, args.noise_seeds)
+            raw[label]["seed_noise"] = noise
+            print(f"[{label}] seed noise: the best stable configs re-trained on "
+                  f"{args.noise_seeds} other seeds vary by a median "
+                  f"{100 * noise['median_relative_std']:.1f} % (std / mean)", flush=True)
         save(args.out, {"args": {k: str(v) for k, v in vars(args).items()},
                             "rows": all_rows, "raw": raw})
     ray.shutdown()

@@ -51,5 +51,29 @@ class WatchedFIFO(HangWatch, FIFOScheduler):
     """FIFO scheduling with the hang watch."""
 
 
+#: ASHA's value for a failed trial at a rung (ASHA keeps "higher is better"; finite, so
+#: percentiles over a rung stay defined).
+_FAILED_AT_RUNG = -1e300
+
+
 class WatchedASHA(HangWatch, ASHAScheduler):
-    """ASHA with the hang watch."""
+    """ASHA with the hang watch, counting failed trials at the rung they did not reach.
+
+    ASHA lets the best 1/rf of the trials recorded at a rung go on. A trial the
+    rules stop before a rung is never recorded there, so without this the stable
+    trials alone compete for the same share and ASHA prunes them harder the more
+    unstable the space is (on the vMF direction MLP most stable trials stopped at
+    the first rung). An unstable or crashed trial is recorded as the worst value at
+    the next rung after its last step, as it would have been had it run on.
+    """
+
+    def on_trial_complete(self, tune_controller: Any, trial: Trial, result: dict) -> None:
+        rec = self._book.trials.get(trial.trial_id) if hasattr(self, "_book") else None
+        bracket = self._trial_info.get(trial.trial_id)
+        if rec is not None and rec.failed and bracket is not None:
+            step = rec.history[-1].get("step", 0) if rec.history else 0
+            ahead = [(milestone, recorded) for milestone, recorded in bracket._rungs
+                     if milestone > step and trial.trial_id not in recorded]
+            if ahead:  # rungs are in descending order: the last one is the next rung
+                ahead[-1][1][trial.trial_id] = _FAILED_AT_RUNG
+        super().on_trial_complete(tune_controller, trial, result)

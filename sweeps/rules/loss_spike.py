@@ -31,8 +31,9 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
     Example:
         >>> history = [{"step": s, "loss": 1.0} for s in range(10)]
         >>> history.append({"step": 10, "loss": 12.0})
-        >>> check(history, RuleSettings()).summary()
-        'loss_spike at step 10: metric=loss, loss=12, running_median=1, scale=1, ratio=12, threshold=10'
+        >>> verdict = check(history, RuleSettings())
+        >>> verdict.reason, verdict.step, verdict.evidence["ratio"]
+        ('loss_spike', 10, 12.0)
     """
     if not history:
         return None

@@ -119,8 +119,9 @@ class RuleSettings(BaseModel):
     spike_ratio: float = Field(
         10.0,
         gt=1,
-        description="Fail when one report's loss exceeds this many times the median of the "
-        "previous spike_window losses.",
+        description="Fail when one report's loss is more than spike_ratio - 1 scales above "
+        "the median of the previous spike_window losses (scale: |median|, or their range "
+        "when larger; for a settled positive loss, loss > spike_ratio x median).",
     )
     spike_window: int = Field(
         20, ge=1, description="Previous losses whose median is the spike reference."

@@ -1,0 +1,52 @@
+"""ASHA in sweeps: a trial the rules stopped counts at the rung it did not reach."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from ray.tune.schedulers import TrialScheduler
+
+from sweeps.book import TrialBook
+from sweeps.hang import WatchedASHA
+from sweeps.spec import load_sweep
+
+
+def _asha(book: TrialBook) -> WatchedASHA:
+    return WatchedASHA(time_attr="step", metric="val_loss", mode="min", max_t=300,
+                       grace_period=75, reduction_factor=3, brackets=1,
+                       stop_last_trials=False).watch(book, None)
+
+
+def _unstable(book: TrialBook, trial_id: str, step: int) -> None:
+    for s in range(1, step + 1):
+        book.record(trial_id, {"step": s, "loss": 1.0, "config": {"lr": 5.0}})
+    book.record(trial_id, {"step": step, "loss": float("nan"), "config": {"lr": 5.0},
+                           "sweeps/status": "unstable", "sweeps/reason": "non_finite",
+                           "sweeps/stop_step": step, "sweeps/evidence": "{}"})
+
+
+def _second_at_first_rung(linreg_dir, monkeypatch, failed_first: bool) -> str:
+    monkeypatch.chdir(linreg_dir)
+    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml"))
+    asha = _asha(book)
+    trials = {t: SimpleNamespace(trial_id=t) for t in ("nan", "good", "next")}
+    for trial in trials.values():
+        asha.on_trial_add(None, trial)
+    if failed_first:
+        _unstable(book, "nan", 5)
+        asha.on_trial_complete(None, trials["nan"], {"step": 5})
+        rung = next(recorded for milestone, recorded in asha._brackets[0]._rungs
+                    if milestone == 75)
+        assert rung == {"nan": -1e300}, "recorded as the worst at the next rung"
+    assert asha.on_trial_result(None, trials["good"], {"step": 75, "val_loss": 0.5}) == \
+        TrialScheduler.CONTINUE
+    return asha.on_trial_result(None, trials["next"], {"step": 75, "val_loss": 0.6})
+
+
+def test_a_failed_trial_keeps_the_promotion_rate_of_its_rung(linreg_dir, monkeypatch):
+    # 0.6 is behind the only stable trial at the rung: alone with it, ASHA stops it;
+    # with the trial that went NaN before the rung counted, it is in the top third
+    assert _second_at_first_rung(linreg_dir, monkeypatch, failed_first=False) == \
+        TrialScheduler.STOP
+    assert _second_at_first_rung(linreg_dir, monkeypatch, failed_first=True) == \
+        TrialScheduler.CONTINUE
