@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
+#: Where each script writes ``<name>.json`` (``BENCH_RESULTS`` to move it).
+RESULTS = Path(os.environ.get("BENCH_RESULTS", ROOT / "bench" / "results"))
 #: Sweep outputs and Ray Tune experiment folders of the benchmarks go here, not into the repo.
 SCRATCH = Path(os.environ.get("BENCH_SCRATCH", "/tmp/sweeps-bench"))
 

@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ROOT, SCRATCH, Collector, first_verdict, machine, save, table  # noqa: E402
+from common import SCRATCH, Collector, first_verdict, machine, save, table  # noqa: E402
 
 BENCH = str(Path(__file__).resolve().parent)
 
@@ -271,7 +271,7 @@ def main() -> None:
           f"false stops by sweeps: {false_stops}")
     path = save(args.out, {"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows,
                            "raw": raw, "summary": summary})
-    print(f"raw figures: {path.relative_to(ROOT)}; machine load {machine()['loadavg']}")
+    print(f"raw figures: {path}; machine load {machine()['loadavg']}")
 
 
 if __name__ == "__main__":

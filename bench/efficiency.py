@@ -578,7 +578,7 @@ def main() -> None:
     print(table(all_rows))
     path = save(args.out, {"args": {k: str(v) for k, v in vars(args).items()},
                                "rows": all_rows, "raw": raw})
-    print(f"raw figures: {path.relative_to(ROOT)}; machine load {machine()['loadavg']}")
+    print(f"raw figures: {path}; machine load {machine()['loadavg']}")
 
 
 if __name__ == "__main__":

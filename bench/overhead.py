@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import RESULTS, ROOT, SCRATCH, machine, save, table  # noqa: E402
+from common import RESULTS, SCRATCH, machine, save, table  # noqa: E402
 
 BENCH = str(Path(__file__).resolve().parent)
 CONCURRENT = 2
@@ -239,7 +239,7 @@ def main() -> None:
     path = save("overhead", {"args": vars(args), "ray_start_s": ray_start, "walls_s": walls,
                              "per_trial_s": per, "rows": rows, "storage_s_per_trial": storage,
                              "profile": prof_text})
-    print(f"raw figures: {path.relative_to(ROOT)}; machine load {machine()['loadavg']}")
+    print(f"raw figures: {path}; machine load {machine()['loadavg']}")
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ROOT, machine, save, table  # noqa: E402
+from common import machine, save, table  # noqa: E402
 
 BATCH = 64
 
@@ -159,7 +159,7 @@ def main() -> None:
     print(f"\ntarget (per-epoch shuffle < 1 % of the epoch at every size): "
           f"{'met' if target_ok else 'MISSED'}")
     path = save("shuffle", {"args": vars(args), "rows": rows, "raw": raw})
-    print(f"raw figures: {path.relative_to(ROOT)}; machine load {machine()['loadavg']}")
+    print(f"raw figures: {path}; machine load {machine()['loadavg']}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,65 @@
+"""The benchmark scripts on a sweep file of their user's, not one of the repository's cases.
+
+``bench/detection.py`` and ``bench/efficiency.py --sweep FILE`` are how a user checks
+the claims on their own trainer; here they run on the linreg test sweep (a trainer
+they were never written for), in a subprocess as a user runs them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import copy_sweepfiles, edit_linreg
+
+pytestmark = pytest.mark.slow
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def _run(script: str, args: list[str], folder: Path, out: str) -> tuple[str, dict]:
+    env = {**os.environ, "BENCH_RESULTS": str(folder / "bench-results"),
+           "BENCH_SCRATCH": str(folder / "scratch")}
+    proc = subprocess.run([sys.executable, str(BENCH / script), *args, "--out", out],
+                          cwd=folder, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout, json.loads((folder / "bench-results" / f"{out}.json").read_text())
+
+
+def test_detection_runs_the_initial_points_of_any_sweep(tmp_path):
+    folder = copy_sweepfiles(tmp_path)
+    edit_linreg(folder, initial_points=[{"lr": 20.0}, {"lr": 1.0e-5}, {"lr": 0.05}])
+    stdout, data = _run("detection.py", ["--sweep", "linreg.yaml", "--seeds", "1"], folder,
+                        "detection-linreg")
+    rows = {r["case"]: r for r in data["rows"]}
+    assert set(rows) == {"lr=20", "lr=1e-05", "lr=0.05"}
+    blowup, flat, healthy = rows["lr=20"], rows["lr=1e-05"], rows["lr=0.05"]
+    assert blowup["sweeps status"].startswith("unstable") and blowup["sweeps steps after"] == 0
+    assert blowup["plain Tune steps after"] > 0, "ASHA cannot stop a NaN trial"
+    assert flat["sweeps status"] == "unstable (flat_at_baseline)"
+    assert flat["sweeps steps after"] == 0
+    assert healthy["detectable (rule)"] == "never" and healthy["false stop (sweeps)"] == "no"
+    assert "steps run after the failure was detectable: sweeps 0" in stdout
+
+
+def test_efficiency_gives_every_method_the_same_step_budget(tmp_path):
+    folder = copy_sweepfiles(tmp_path)
+    budget, steps = 400, 40
+    stdout, data = _run("efficiency.py", [
+        "--sweep", "linreg.yaml", "--steps", str(steps), "--budget", str(budget),
+        "--seeds", "1", "--methods", "sweeps,tune+optuna+asha,optuna tpe+median"],
+        folder, "efficiency-linreg")
+    raw = data["raw"]["linreg"]
+    assert set(raw["per_method"]) == {"sweeps", "tune+optuna+asha", "optuna tpe+median"}
+    for method, stats in raw["per_method"].items():
+        assert budget <= stats["total"][0] < budget + steps, method
+    judged = raw["trials_judged"]["sweeps"][0]
+    unstable = [t for t in judged if not t["stable"]]
+    assert unstable, "lr up to 30 must give unstable trials"
+    assert all(t["steps"] < steps for t in unstable), "sweeps stops them early"
+    assert "| linreg" in stdout
