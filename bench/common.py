@@ -179,6 +179,17 @@ def trainer_history(results: Sequence[Mapping[str, Any]],
     return out
 
 
+def plain_asha(sweep):
+    """The ASHA a plain Ray Tune baseline gets: sweeps' own settings (max_t, grace,
+    reduction factor 3) on the sweep's first objective, counted in reports."""
+    from ray.tune.schedulers import ASHAScheduler
+
+    budget, first = sweep.spec.budget, sweep.objectives[0]
+    return ASHAScheduler(metric=first.metric, mode=first.mode, time_attr="training_iteration",
+                         max_t=budget.max_steps, grace_period=budget.asha_grace,
+                         reduction_factor=3)
+
+
 def tune_space(sweep) -> dict[str, Any]:
     """The sweep's search space as Ray Tune sample functions (for random search)."""
     from ray import tune

@@ -35,7 +35,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import SCRATCH, Collector, first_verdict, machine, save, table  # noqa: E402
+from common import (  # noqa: E402
+    SCRATCH,
+    Collector,
+    first_verdict,
+    machine,
+    plain_asha,
+    save,
+    table,
+)
+
+from sweeps.book import last_step  # noqa: E402
 
 BENCH = str(Path(__file__).resolve().parent)
 
@@ -109,20 +119,18 @@ def run_sweeps(sweep, points: list[dict]) -> dict[str, dict]:
         point = next((p for p in points if _key(rec.values, p)), None)
         if point is None:
             continue
-        last = rec.history[-1]["step"] if rec.history else 0
-        rows[label(point)] = {"stop": last, "status": rec.status, "reason": rec.reason,
+        rows[label(point)] = {"stop": rec.last_step, "status": rec.status, "reason": rec.reason,
                               "stop_step": rec.stop_step}
     return rows
 
 
 def run_plain(sweep, filled: list[dict], points: list[dict]) -> dict[str, dict]:
     from ray import tune
-    from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.optuna import OptunaSearch
 
     from sweeps.space import optuna_space
 
-    first, budget, seed = sweep.objectives[0], sweep.spec.budget, sweep.spec.seed
+    first, seed = sweep.objectives[0], sweep.spec.seed
 
     def trainable(config):
         sys.path.insert(0, BENCH)
@@ -138,13 +146,11 @@ def run_plain(sweep, filled: list[dict], points: list[dict]) -> dict[str, dict]:
 
     search = OptunaSearch(space=optuna_space(sweep.space), metric=first.metric,
                           mode=first.mode, seed=seed, points_to_evaluate=filled)
-    grace = min(budget.grace_steps or max(1, budget.max_steps // 4), budget.max_steps)
-    asha = ASHAScheduler(metric=first.metric, mode=first.mode, time_attr="training_iteration",
-                         max_t=budget.max_steps, grace_period=grace, reduction_factor=3)
     collector = Collector()
     tuner = tune.Tuner(
         tune.with_resources(trainable, {"cpu": 1}),
-        tune_config=tune.TuneConfig(search_alg=search, scheduler=asha, num_samples=len(filled),
+        tune_config=tune.TuneConfig(search_alg=search, scheduler=plain_asha(sweep),
+                                    num_samples=len(filled),
                                     max_concurrent_trials=2),
         run_config=tune.RunConfig(name=f"plain-{sweep.spec.name}",
                                   storage_path=str(SCRATCH / "detection"),
@@ -154,7 +160,7 @@ def run_plain(sweep, filled: list[dict], points: list[dict]) -> dict[str, dict]:
     for tid, hist in collector.history.items():
         point = next((p for p in points if _key(collector.config[tid], p)), None)
         if point is not None:
-            rows[label(point)] = {"stop": hist[-1].get("step", 0), "status": "ended",
+            rows[label(point)] = {"stop": last_step(hist), "status": "ended",
                                   "errored": tid in collector.errors}
     return rows
 
@@ -172,14 +178,14 @@ def reference(sweep, filled: list[dict], points: list[dict]) -> dict[str, dict]:
             train(sweep.trial_config(values, trial_id="ref", seed=sweep.spec.seed),
                   history.append)
         except Exception as exc:  # noqa: BLE001 - the trainer raised: detectable there
-            step = history[-1]["step"] if history else 0
+            step = last_step(history)
             out[label(point)] = {"detectable": step, "reason": f"crash: {type(exc).__name__}",
                                  "steps": step}
             continue
         verdict = first_verdict(history, trial_settings(sweep, values))
         out[label(point)] = {"detectable": verdict.step if verdict else None,
                              "reason": verdict.reason if verdict else None,
-                             "steps": history[-1]["step"] if history else 0}
+                             "steps": last_step(history)}
     return out
 
 

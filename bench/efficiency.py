@@ -51,12 +51,15 @@ from common import (  # noqa: E402
     first_verdict,
     machine,
     median,
+    plain_asha,
     save,
     spread,
     table,
     trainer_history,
     tune_space,
 )
+
+from sweeps.book import last_step  # noqa: E402
 
 BENCH = str(Path(__file__).resolve().parent)
 METHODS = ("sweeps", "tune+optuna+asha", "tune random+asha", "optuna tpe+median")
@@ -216,29 +219,20 @@ def _budget_stopper(collector, budget: int):
             return False
 
         def stop_all(self):
-            done = sum(_last_step(collector.history.get(t, [])) for t in collector.order)
+            done = sum(last_step(collector.history.get(t, [])) for t in collector.order)
             return done >= budget
 
     return StepBudget()
 
 
-def _last_step(history: list[dict]) -> int:
-    step = history[-1].get("step", 0) if history else 0
-    return int(step) if isinstance(step, (int, float)) else 0
-
-
 def run_tune(sweep, random: bool) -> list[dict]:
     from ray import tune
-    from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.basic_variant import BasicVariantGenerator
     from ray.tune.search.optuna import OptunaSearch
 
     from sweeps.space import optuna_space
 
     budget, first, seed = sweep.spec.budget, sweep.objectives[0], sweep.spec.seed
-    grace = min(budget.grace_steps or max(1, budget.max_steps // 4), budget.max_steps)
-    asha = ASHAScheduler(metric=first.metric, mode=first.mode, time_attr="training_iteration",
-                         max_t=budget.max_steps, grace_period=grace, reduction_factor=3)
     if random:
         search, space = BasicVariantGenerator(random_state=seed), tune_space(sweep)
     else:
@@ -248,11 +242,12 @@ def run_tune(sweep, random: bool) -> list[dict]:
     collector = Collector()
     # more trials than the budget can hold (each runs at least ASHA's grace period unless
     # it crashes): Tune then stops on the step budget, not on the count
-    most = budget.total_steps // grace + 2 * budget.concurrent + 8
+    most = budget.total_steps // budget.asha_grace + 2 * budget.concurrent + 8
     tuner = tune.Tuner(
         tune.with_resources(_tune_trainable(sweep, first.metric), {"cpu": 1}),
         param_space=space,
-        tune_config=tune.TuneConfig(search_alg=search, scheduler=asha, num_samples=most,
+        tune_config=tune.TuneConfig(search_alg=search, scheduler=plain_asha(sweep),
+                                    num_samples=most,
                                     max_concurrent_trials=budget.concurrent),
         run_config=tune.RunConfig(name=f"{sweep.name}-{'random' if random else 'optuna'}",
                                   storage_path=str(SCRATCH / "efficiency"), verbose=0,
@@ -302,7 +297,7 @@ def run_optuna(sweep) -> list[dict]:
         return float(vals[-1]) if vals else float("nan")
 
     def stop_when_spent(study, _trial):
-        if sum(_last_step(t["history"]) for t in trials) >= sweep.spec.budget.total_steps:
+        if sum(last_step(t["history"]) for t in trials) >= sweep.spec.budget.total_steps:
             study.stop()
 
     study.optimize(objective, catch=(Exception,), callbacks=[stop_when_spent])
@@ -320,7 +315,7 @@ def judge(sweep, trials: list[dict]) -> list[dict]:
         if spent >= budget:
             break
         hist = t["history"]
-        steps = _last_step(hist)
+        steps = last_step(hist)
         spent += steps
         vals = [h[metric] for h in hist if isinstance(h.get(metric), (int, float))]
         final = float(vals[-1]) if vals else float("nan")

@@ -64,6 +64,10 @@ class TrialRecord:
         self.stop_step, self.evidence = verdict.step, dict(verdict.evidence)
 
     @property
+    def last_step(self) -> int:
+        return last_step(self.history)
+
+    @property
     def failed(self) -> bool:
         return self.status in ("unstable", "crash")
 
@@ -206,8 +210,7 @@ class TrialBook:
         """The trial went ``silent_s`` seconds without reporting: stop it as ``hung``."""
         rec = self._get(trial_id, config)
         if not rec.failed and not rec.finished:
-            step = rec.history[-1].get("step", 0) if rec.history else 0
-            rec.set_failure("crash", Verdict("hung", int(step), {
+            rec.set_failure("crash", Verdict("hung", rec.last_step, {
                 "silent_s": round(silent_s, 1), "timeout_s": timeout}))
             self._save_outcome(rec)
         return rec
@@ -221,8 +224,7 @@ class TrialBook:
             self.record(trial_id, result)
         if rec.status == "running":
             if error:
-                step = rec.history[-1].get("step", 0) if rec.history else 0
-                rec.set_failure("crash", Verdict("crash", int(step), {
+                rec.set_failure("crash", Verdict("crash", rec.last_step, {
                     "error": "the trial's worker failed (see Ray's error file)"}))
             else:
                 rec.status = "pruned"
@@ -233,7 +235,7 @@ class TrialBook:
 
     def steps_spent(self, role: str = "search") -> int:
         """Training steps the trials of ``role`` have run so far (each its last step)."""
-        return sum(_last_step(rec) for rec in self.trials.values() if rec.role == role)
+        return sum(rec.last_step for rec in self.trials.values() if rec.role == role)
 
     def objective_values(self, rec: TrialRecord, objs: list[Objective]) -> list[float | None]:
         """Raw objective values of a trial (None where a metric was never reported)."""
@@ -266,8 +268,9 @@ class TrialBook:
         return max(seen) if obj.mode == "min" else min(seen)
 
 
-def _last_step(rec: TrialRecord) -> int:
-    step = rec.history[-1].get("step", 0) if rec.history else 0
+def last_step(history: list[dict[str, Any]]) -> int:
+    """The ``step`` of the newest report (0 for none or a non-numeric step)."""
+    step = history[-1].get("step", 0) if history else 0
     return int(step) if isinstance(step, (int, float)) else 0
 
 

@@ -71,9 +71,8 @@ class WatchedASHA(HangWatch, ASHAScheduler):
         rec = self._book.trials.get(trial.trial_id) if hasattr(self, "_book") else None
         bracket = self._trial_info.get(trial.trial_id)
         if rec is not None and rec.failed and bracket is not None:
-            step = rec.history[-1].get("step", 0) if rec.history else 0
             ahead = [(milestone, recorded) for milestone, recorded in bracket._rungs
-                     if milestone > step and trial.trial_id not in recorded]
+                     if milestone > rec.last_step and trial.trial_id not in recorded]
             if ahead:  # rungs are in descending order: the last one is the next rung
                 ahead[-1][1][trial.trial_id] = _FAILED_AT_RUNG
         super().on_trial_complete(tune_controller, trial, result)

@@ -27,9 +27,8 @@ def make_scheduler(sweep: Sweep, book: TrialBook) -> TrialScheduler:
     if budget.scheduler == "none" or budget.expected_trials < 4 or first.metric in (
             "instability", "step_time", "compile_s"):
         return WatchedFIFO().watch(book, budget.hang_timeout)
-    grace = budget.grace_steps or max(1, budget.max_steps // 4)
     return WatchedASHA(time_attr="step", metric=first.metric, mode=first.mode,
-                       max_t=budget.max_steps, grace_period=min(grace, budget.max_steps),
+                       max_t=budget.max_steps, grace_period=budget.asha_grace,
                        reduction_factor=3, stop_last_trials=False).watch(
                            book, budget.hang_timeout)
 

@@ -102,6 +102,12 @@ class Budget(_Strict):
         return self.trials
 
     @property
+    def asha_grace(self) -> int:
+        """Steps before ASHA may stop a trial: ``grace_steps`` or max_steps / 4, at most
+        max_steps."""
+        return min(self.grace_steps or max(1, self.max_steps // 4), self.max_steps)
+
+    @property
     def expected_trials(self) -> int:
         """Trials the search will likely run (a step budget: one per ``max_steps``)."""
         cap = self.trial_cap

@@ -50,17 +50,8 @@ record="$dir/cluster.env"
 
 die() { echo "start-local-cluster: $*" >&2; exit 1; }
 
-# pids of the live (not zombie) processes of session $1
-session_pids() { ps -eo pid=,sid=,stat= | awk -v s="$1" '$2 == s && $3 !~ /^Z/ {print $1}'; }
-
-# is session $1 still a Ray node of ours? (its processes name our temp dir)
-ours() {
-  local pid
-  for pid in $(session_pids "$1"); do
-    if tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$dir/"; then return 0; fi
-  done
-  return 1
-}
+# shellcheck source=sessions.sh
+source "$here/sessions.sh"  # session_pids, ours
 
 if [[ -f "$record" ]]; then
   # shellcheck disable=SC1090

@@ -17,16 +17,8 @@ fi
 # shellcheck disable=SC1090
 source "$record"
 
-session_pids() { ps -eo pid=,sid=,stat= | awk -v s="$1" '$2 == s && $3 !~ /^Z/ {print $1}'; }
-
-# only a session whose processes still name our temp dir is ours (session ids get reused)
-ours() {
-  local pid
-  for pid in $(session_pids "$1"); do
-    if tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$dir/"; then return 0; fi
-  done
-  return 1
-}
+# shellcheck source=sessions.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/sessions.sh"  # session_pids, ours
 
 sessions=()
 # shellcheck disable=SC2086
