@@ -52,8 +52,8 @@ class Results:
 
 
 def _csv(path: Path) -> pd.DataFrame:
-    try:
-        return pd.read_csv(path)
+    try:  # trial ids are text: Ray's hex ids are sometimes all digits, even with a leading 0
+        return pd.read_csv(path, dtype={"trial_id": str})
     except (FileNotFoundError, pd.errors.EmptyDataError, pd.errors.ParserError):
         return pd.DataFrame()
 

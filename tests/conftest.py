@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -34,6 +35,12 @@ def edit_linreg(folder: Path, train: dict | None = None, **sweep: object) -> Non
         cfg = yaml.safe_load(cfg_path.read_text())
         cfg["train"].update(train)
         cfg_path.write_text(yaml.safe_dump(cfg))
+
+
+def read_results_csv(path: Path) -> pd.DataFrame:
+    """trials.csv / pareto.csv with trial ids as text (a Ray id such as 18693084 is all
+    digits, and pandas would read it as a number)."""
+    return pd.read_csv(path, dtype={"trial_id": str})
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from sweeps.cli import main
-from tests.conftest import edit_linreg
+from tests.conftest import edit_linreg, read_results_csv
 
 pytestmark = pytest.mark.slow
 
@@ -80,7 +80,7 @@ def test_worker_killed_mid_trial_is_retried_from_its_checkpoint(linreg_dir, tmp_
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
-    trials = pd.read_csv(out / "trials.csv")
+    trials = read_results_csv(out / "trials.csv")
     row = trials.set_index("trial_id").loc[trial_id]
     assert row["status"] == "ok" and row["retries"] == 1 and row["steps"] == 80
     events = _steps(journal)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.conftest import edit_linreg
+from tests.conftest import edit_linreg, read_results_csv
 from tests.test_ray_cluster import SCRIPTS, _cluster_python, cluster_env
 
 pytestmark = pytest.mark.slow
@@ -88,7 +88,7 @@ def test_killing_a_worker_node_retries_its_trial_from_the_checkpoint(linreg_dir)
             os.killpg(driver.pid, signal.SIGKILL)
         subprocess.run([str(SCRIPTS / "stop-local-cluster.sh")], env=env, timeout=120)
         shutil.rmtree(state, ignore_errors=True)
-    trials = pd.read_csv(out / "trials.csv")
+    trials = read_results_csv(out / "trials.csv")
     assert list(trials["status"]) == ["ok", "ok"], "the sweep completed"
     assert trials["retries"].sum() == 1, "the trial on the lost node was retried once"
     retried = trials[trials["retries"] == 1].iloc[0]["trial_id"]

@@ -10,11 +10,10 @@ import sys
 import time
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from sweeps.cli import main
-from tests.conftest import edit_linreg
+from tests.conftest import edit_linreg, read_results_csv
 
 pytestmark = pytest.mark.slow
 
@@ -61,7 +60,7 @@ def test_driver_killed_mid_sweep_resumes_without_losing_trials(linreg_dir, monke
     monkeypatch.chdir(linreg_dir)
     assert main(["resume", str(out), "--quiet"]) == 0
 
-    trials = pd.read_csv(out / "trials.csv")
+    trials = read_results_csv(out / "trials.csv")
     search = trials[trials["role"] == "search"]
     # Ray Tune saves its state every 2 s: a trial that finished after the last save is
     # kept from the journal, and the restored searcher may start one more in its place

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from sweeps.cli import main
-from tests.conftest import copy_sweepfiles, edit_linreg
+from tests.conftest import copy_sweepfiles, edit_linreg, read_results_csv
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +33,7 @@ def _journal(folder):
 
 
 def _trials(folder):
-    trials = pd.read_csv(folder / "trials.csv")
+    trials = read_results_csv(folder / "trials.csv")
     trials["reason"] = trials["reason"].fillna("")
     return trials
 
