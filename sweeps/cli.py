@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -111,14 +112,17 @@ def cmd_stability(args: argparse.Namespace) -> int:
         sweep = preflight(sweep)
     result = run_stability(sweep, args.param, values, seeds=args.seeds, second=second,
                            address=args.address, progress=not args.quiet)
+    shown = result.table if result.display is None else result.display
     table = Table(title=f"Stability of '{sweep.name}'")
-    for col in result.table.columns:
-        table.add_column(str(col))
-    for _, row in result.table.iterrows():
+    for col in shown.columns:
+        table.add_column(str(col), overflow="fold")
+    for _, row in shown.iterrows():
         table.add_row(*[_fmt(v) for v in row])
     console.print(table)
+    console.print(result.quality_note)
     console.print(f"boundary: {result.boundary_text}")
-    console.print(f"recommended {args.param}: {result.recommended} ({result.why})")
+    console.print(f"recommended {args.param}: {stability.label((result.recommended,))} "
+                  f"({result.why})")
     clip = "none" if result.clip is None else f"{result.clip:.3g}"
     console.print(f"recommended grad_clip: {clip} ({result.clip_why})")
     for w in result.warnings:
@@ -144,6 +148,11 @@ def cmd_best(args: argparse.Namespace) -> int:
     if not files:
         print(f"no confirmed stable config in {folder / 'stable'}", file=sys.stderr)
         return 1
+    for line in files[0].read_text().splitlines():  # the header says if it is unconfirmed
+        if not line.startswith("#"):
+            break
+        if "UNCONFIRMED" in line or line.startswith("# WARNING"):
+            print(f"warning: {line.lstrip('# ')}", file=sys.stderr)
     print(files[0])
     return 0
 
@@ -177,6 +186,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     if info["failures"]:
         console.print("failure reasons: " + ", ".join(
             f"{k} {v}" for k, v in info["failures"].items()))
+    if info["selection"]:
+        console.print("candidates on fresh seeds: " + ", ".join(
+            f"{k} {v}" for k, v in info["selection"].items()))
+    for trial_id, why in info["fragile"].items():
+        console.print(f"  not handed over {trial_id}: {why}", markup=False)
     console.print(f"best stable config: {info['best_yaml'] or 'none'}")
     console.print(f"report: {page}")
     return 0
@@ -209,15 +223,37 @@ def print_outcome(outcome) -> None:
     reasons = search[search["reason"] != ""]["reason"].value_counts().to_dict()
     if reasons:
         console.print("failure reasons: " + ", ".join(f"{k} {v}" for k, v in reasons.items()))
-    console.print(f"Pareto front: {len(outcome.front)} trial(s); "
-                  f"{len(outcome.stable_paths)} confirmed stable config(s) written:")
-    for path in outcome.stable_paths:
-        console.print(f"  {path}")
-    if not outcome.stable_paths:
-        console.print("  (none: no trial was stable on every confirmation seed)")
+    print_selection(outcome)
     out = sweep.output_dir
     console.print(f"trials: {out / 'trials.csv'}  report: {outcome.report}")
     console.print(f"MLflow: mlflow ui --backend-store-uri sqlite:///{out / 'mlflow.db'}")
+
+
+def print_selection(outcome) -> None:
+    """Candidates judged, why any were fragile, the steps spent, what went to stable/."""
+    chosen = outcome.selection
+    metric = outcome.sweep.objectives[0].metric
+    verdicts = Counter(c.verdict for c in chosen.candidates)
+    console.print(f"Pareto front: {len(outcome.front)} trial(s); {len(chosen.candidates)} "
+                  "candidate(s) judged on fresh seeds: "
+                  + (", ".join(f"{n} {v}" for v, n in verdicts.items()) or "none"))
+    for conf in chosen.fragile:
+        console.print(f"  {conf.verdict} {conf.trial_id}: {conf.fragile_reason}",
+                      markup=False)
+    console.print("steps: " + ", ".join(f"{k} {v}" for k, v in chosen.steps.items() if v))
+    kind = "confirmed" if any(c.confirmed for c in chosen.handed_over) else "UNCONFIRMED"
+    console.print(f"{len(outcome.stable_paths)} {kind} stable config(s) written, best first "
+                  f"(mean {metric} over fresh seeds):")
+    for conf, path in zip(chosen.handed_over, outcome.stable_paths, strict=False):
+        mean = "-" if conf.mean is None else f"{conf.mean:.4g}"
+        worst = "-" if conf.worst is None else f"{conf.worst:.4g}"
+        console.print(f"  {path}  ({metric} mean {mean}, worst seed {worst})", markup=False)
+    if not outcome.stable_paths:
+        console.print("  (none: no candidate held on every fresh seed)")
+    if chosen.base is not None and chosen.base.mean is not None:
+        console.print(f"base config: mean {metric} {chosen.base.mean:.4g} on the same seeds")
+    for warning in outcome.warnings:
+        console.print(f"[bold red]WARNING[/]: {warning}")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,72 +1,352 @@
-"""Confirmation of the Pareto front: extra seeds and an LR probe per member."""
+"""Confirmation: candidates re-run on fresh seeds and at LR × probe, judged robust or fragile.
+
+A config is handed over only if it holds on seeds it was not picked on. Each
+candidate (a search trial) is re-run on ``confirm.seeds`` new seeds and once at
+``lr × confirm.lr_probe`` on its own seed. Its verdict:
+
+- ``fragile``: a re-run ended unstable or crashed, the LR probe did, or its
+  quality on its worst seed is more than ``confirm.tolerance`` worse than on its
+  best seed: ``(worst - best) / (baseline - best)``, the share of the best seed's
+  improvement over the random-guess loss that the worst seed gives up, when
+  ``rules.baseline_loss`` is set; ``(worst - best) / |best|`` otherwise;
+- ``incomplete``: fewer re-runs were recorded than planned (e.g. 0 of 2);
+- ``confirmed``: every planned re-run recorded, stable, and within the tolerance;
+- ``unconfirmed``: no confirmation seeds were planned (``confirm.seeds: 0``).
+
+Confirmed configs are ranked by their mean quality over the *fresh* seeds (the
+search seed is where the config was picked for being good, so its value is
+optimistic), the worst seed breaking ties: the order is what the user will get.
+Candidates are confirmed in rounds down the ranked list until ``confirm.keep``
+hold or ``confirm.max_candidates`` were tried. The base config's own knob values
+run on the same seeds (``confirm.base``) as a reference.
+"""
 
 from __future__ import annotations
 
 import math
+import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from sweeps import objectives
 from sweeps.book import TrialBook, TrialRecord
-from sweeps.spec import Sweep
+from sweeps.spec import Objective, Sweep
 from sweeps.trainable import LR_SCALE_KEY, ROLE_KEY, SEED_KEY
+
+#: Role of the base config's reference runs.
+BASE_ROLE = "base"
+#: Verdicts under which a candidate is handed over.
+HOLDS = ("confirmed", "unconfirmed")
+
+
+@dataclass
+class SeedRun:
+    """One run of a config on one seed, as far as selection cares."""
+
+    seed: int
+    status: str
+    reason: str | None
+    stop_step: int | None
+    quality: float | None
+
+    @classmethod
+    def of(cls, rec: TrialRecord, metric: str) -> SeedRun:
+        return cls(rec.seed, rec.status, rec.reason, rec.stop_step,
+                   objectives.metric_value(rec.history, metric))
+
+    def failure(self) -> str:
+        return f"{self.reason or self.status} @ {self.stop_step}"
 
 
 @dataclass
 class Confirmation:
-    """What the re-runs of one front member showed."""
+    """What the re-runs of one candidate showed, and its verdict."""
 
     trial_id: str
-    seeds: list[int] = field(default_factory=list)
-    seed_status: list[str] = field(default_factory=list)
-    seed_reasons: list[str] = field(default_factory=list)
-    probe_status: str | None = None
-    probe_reason: str | None = None
+    quality: Objective
+    tolerance: float
+    planned: int
+    search: SeedRun
+    runs: list[SeedRun] = field(default_factory=list)
+    probe_planned: bool = False
+    probe: SeedRun | None = None
     lr_sensitivity: float | None = None
+    on_front: bool = True
+    baseline: float | None = None
+
+    # ---- per-seed figures
+    @property
+    def seeds(self) -> list[int]:
+        """The confirmation seeds that were recorded."""
+        return [r.seed for r in self.runs]
+
+    @property
+    def seed_status(self) -> list[str]:
+        return [r.status for r in self.runs]
 
     @property
     def seeds_passed(self) -> int:
-        return sum(s == "ok" for s in self.seed_status)
+        return sum(r.status == "ok" for r in self.runs)
+
+    @property
+    def seed_reasons(self) -> list[str]:
+        return [f"seed {r.seed}: {r.failure()}" for r in self.runs if r.status != "ok"]
+
+    @property
+    def probe_status(self) -> str | None:
+        return self.probe.status if self.probe else None
+
+    @property
+    def probe_reason(self) -> str | None:
+        return self.probe.reason if self.probe else None
+
+    @property
+    def by_seed(self) -> dict[int, float | None]:
+        """Quality on every seed that ran: the search seed first, then the fresh ones."""
+        return {r.seed: r.quality for r in [self.search, *self.runs]}
+
+    def _values(self, fresh_only: bool) -> list[float]:
+        runs = self.runs if fresh_only and self.runs else [self.search, *self.runs]
+        return [r.quality for r in runs if r.status == "ok" and r.quality is not None
+                and math.isfinite(r.quality)]
+
+    @property
+    def mean(self) -> float | None:
+        """Mean quality over the fresh seeds (the search seed's when none ran)."""
+        values = self._values(fresh_only=True)
+        return statistics.fmean(values) if values else None
+
+    def _extreme(self, worst: bool) -> float | None:
+        values = self._values(fresh_only=False)
+        if not values:
+            return None
+        return max(values) if (self.quality.mode == "min") == worst else min(values)
+
+    @property
+    def worst(self) -> float | None:
+        """Quality on the worst seed that ran stable, the search seed included."""
+        return self._extreme(worst=True)
+
+    @property
+    def best(self) -> float | None:
+        return self._extreme(worst=False)
+
+    @property
+    def spread(self) -> float | None:
+        """How much worse the worst seed is than the best (``objectives.quality_gap``)."""
+        worst, best = self.worst, self.best
+        if worst is None or best is None:
+            return None
+        return objectives.quality_gap(worst, best, self.quality.mode, self.baseline)
+
+    # ---- verdict
+    def _problem(self) -> tuple[str, str] | None:
+        """(verdict, reason) when the candidate does not hold, else None."""
+        failed = self.seed_reasons
+        if failed:
+            return "fragile", "unstable on a fresh seed: " + "; ".join(failed)
+        if self.probe is not None and self.probe.status != "ok":
+            return "fragile", f"LR probe unstable: {self.probe.failure()}"
+        planned = self.planned + self.probe_planned
+        done = len(self.runs) + (self.probe is not None)
+        if done < planned:
+            return "incomplete", f"only {done} of {planned} confirmation runs recorded"
+        unreported = [r.seed for r in [self.search, *self.runs] if r.quality is None]
+        if unreported:
+            return "incomplete", f"no {self.quality.metric} reported on seed(s) {unreported}"
+        spread = self.spread
+        if spread is not None and spread > self.tolerance:
+            return "fragile", self._gap_text(spread)
+        return None
+
+    @property
+    def fragile_reason(self) -> str | None:
+        """Why the candidate is fragile or incomplete (None when it holds)."""
+        problem = self._problem()
+        return problem[1] if problem else None
+
+    def _gap_text(self, spread: float) -> str:
+        metric, seeds = self.quality.metric, self.by_seed
+        worst_seed = next(s for s, v in seeds.items() if v == self.worst)
+        best_seed = next(s for s, v in seeds.items() if v == self.best)
+        scale = objectives.gap_scale(self.best, self.quality.mode, self.baseline)
+        of = "worse" if scale == abs(self.best) else \
+            "of its improvement over the random-guess loss"
+        return (f"seed {worst_seed}: {metric} {self.worst:.4g} against seed {best_seed}'s "
+                f"{self.best:.4g}, {spread:.0%} {of} (tolerance {self.tolerance:.0%})")
+
+    @property
+    def verdict(self) -> str:
+        """confirmed | fragile | incomplete | unconfirmed (see the module docstring)."""
+        problem = self._problem()
+        if problem is not None:
+            return problem[0]
+        return "confirmed" if self.planned > 0 else "unconfirmed"
 
     @property
     def confirmed(self) -> bool:
-        """Stable on every confirmation seed (the probe informs, it does not veto)."""
-        return self.seeds_passed == len(self.seeds)
+        return self.verdict == "confirmed"
+
+    @property
+    def holds(self) -> bool:
+        """Handed over: confirmed, or unconfirmed because no seeds were planned."""
+        return self.verdict in HOLDS
+
+    def rank_key(self) -> tuple[float, float]:
+        """Mean fresh-seed quality, then the worst seed; smaller is better."""
+        sign = 1.0 if self.quality.mode == "min" else -1.0
+        mean, worst = self.mean, self.worst
+        return (sign * mean if mean is not None else math.inf,
+                sign * worst if worst is not None else math.inf)
 
 
-def plan(sweep: Sweep, front: list[TrialRecord]) -> list[dict[str, Any]]:
-    """Re-run configs: each member on ``confirm.seeds`` new seeds and once at LR × probe."""
-    conf = sweep.spec.confirm
+@dataclass
+class BaseReference:
+    """The base config's own knob values, run on the same seeds as the candidates."""
+
+    values: dict[str, Any]
+    quality: Objective
+    runs: list[SeedRun] = field(default_factory=list)
+
+    @property
+    def mean(self) -> float | None:
+        """Mean over the fresh seeds where they ran stable (else every stable seed)."""
+        ok = [r for r in self.runs if r.status == "ok" and r.quality is not None]
+        fresh = [r.quality for r in ok[1:]] or [r.quality for r in ok]
+        return statistics.fmean(fresh) if fresh else None
+
+    @property
+    def failures(self) -> list[str]:
+        return [f"seed {r.seed}: {r.failure()}" for r in self.runs if r.status != "ok"]
+
+
+@dataclass
+class Selection:
+    """Every candidate that was judged, in the order stable/ and pareto.csv use."""
+
+    candidates: list[Confirmation]
+    base: BaseReference | None = None
+    steps: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def handed_over(self) -> list[Confirmation]:
+        return [c for c in self.candidates if c.holds]
+
+    @property
+    def fragile(self) -> list[Confirmation]:
+        return [c for c in self.candidates if not c.holds]
+
+    def base_warning(self) -> str | None:
+        """A loud line when the top config is no better than the base config's own values."""
+        top = self.handed_over[0] if self.handed_over else None
+        if top is None or self.base is None or self.base.mean is None or top.mean is None:
+            return None
+        q = top.quality
+        worse = top.mean > self.base.mean if q.mode == "min" else top.mean < self.base.mean
+        if not worse:
+            return None
+        return (f"the top config ({top.trial_id}) is WORSE than your base config on fresh "
+                f"seeds: mean {q.metric} {top.mean:.4g} against the base config's "
+                f"{self.base.mean:.4g}; keep your base config or widen the search")
+
+
+def fresh_seeds(sweep: Sweep) -> list[int]:
+    """The confirmation seeds: the ones after the search seed."""
+    return [sweep.spec.seed + 1 + k for k in range(sweep.spec.confirm.seeds)]
+
+
+def probes(sweep: Sweep, values: dict[str, Any]) -> bool:
+    return sweep.spec.confirm.lr_probe > 0 and "lr" in values
+
+
+def plan(sweep: Sweep, batch: list[TrialRecord]) -> list[dict[str, Any]]:
+    """Re-run configs: each candidate on the fresh seeds and once at LR × probe."""
     runs: list[dict[str, Any]] = []
-    for rec in front:
-        for k in range(conf.seeds):
-            runs.append({**rec.values, SEED_KEY: sweep.spec.seed + 1 + k,
-                         ROLE_KEY: f"confirm:{rec.trial_id}"})
-        if conf.lr_probe > 0 and "lr" in rec.values:
-            runs.append({**rec.values, SEED_KEY: rec.seed, LR_SCALE_KEY: conf.lr_probe,
+    for rec in batch:
+        for seed in fresh_seeds(sweep):
+            runs.append({**rec.values, SEED_KEY: seed, ROLE_KEY: f"confirm:{rec.trial_id}"})
+        if probes(sweep, rec.values):
+            runs.append({**rec.values, SEED_KEY: rec.seed,
+                         LR_SCALE_KEY: sweep.spec.confirm.lr_probe,
                          ROLE_KEY: f"probe:{rec.trial_id}"})
     for run in runs:  # the probe scales lr inside the trial; keep the member's own value here
         run.setdefault(LR_SCALE_KEY, None)
     return runs
 
 
-def collect(sweep: Sweep, book: TrialBook, front: list[TrialRecord]) -> dict[str, Confirmation]:
-    """Confirmation results per front member, from the re-runs recorded in ``book``."""
-    quality = sweep.objectives[0].metric
-    out: dict[str, Confirmation] = {}
-    for rec in front:
-        conf = Confirmation(rec.trial_id)
-        for run in book.trials.values():
-            if run.role == f"confirm:{rec.trial_id}":
-                conf.seeds.append(run.seed)
-                conf.seed_status.append(run.status)
-                if run.reason:
-                    conf.seed_reasons.append(f"seed {run.seed}: {run.reason} @ {run.stop_step}")
-            elif run.role == f"probe:{rec.trial_id}":
-                conf.probe_status, conf.probe_reason = run.status, run.reason
-                conf.lr_sensitivity = _sensitivity(rec, run, quality)
-        out[rec.trial_id] = conf
-    return out
+def plan_base(sweep: Sweep) -> list[dict[str, Any]]:
+    """The base config's own knob values on the search seed and every fresh seed (none
+    without fresh seeds: ``confirm.seeds: 0`` re-runs nothing but the LR probes)."""
+    from sweeps.tryout import try_values
+
+    if not sweep.spec.confirm.base or not sweep.spec.confirm.seeds:
+        return []
+    values = try_values(sweep, {})
+    return [{**values, SEED_KEY: seed, ROLE_KEY: BASE_ROLE, LR_SCALE_KEY: None}
+            for seed in [sweep.spec.seed, *fresh_seeds(sweep)]]
+
+
+def judge(sweep: Sweep, book: TrialBook, rec: TrialRecord, on_front: bool) -> Confirmation:
+    """The confirmation of one candidate, from the re-runs recorded in ``book``."""
+    quality = sweep.objectives[0]
+    conf = Confirmation(rec.trial_id, quality, sweep.spec.confirm.tolerance,
+                        planned=sweep.spec.confirm.seeds,
+                        search=SeedRun.of(rec, quality.metric),
+                        probe_planned=probes(sweep, rec.values), on_front=on_front,
+                        baseline=sweep.spec.rules.baseline_loss)
+    for run in book.trials.values():
+        if run.role == f"confirm:{rec.trial_id}" and run.finished:
+            conf.runs.append(SeedRun.of(run, quality.metric))
+        elif run.role == f"probe:{rec.trial_id}" and run.finished:
+            conf.probe = SeedRun.of(run, quality.metric)
+            conf.lr_sensitivity = _sensitivity(rec, run, quality.metric)
+    conf.runs.sort(key=lambda r: r.seed)
+    return conf
+
+
+def base_reference(sweep: Sweep, book: TrialBook) -> BaseReference | None:
+    runs = [r for r in book.trials.values() if r.role == BASE_ROLE and r.finished]
+    if not runs:
+        return None
+    quality = sweep.objectives[0]
+    ref = BaseReference(dict(runs[0].values), quality,
+                        [SeedRun.of(r, quality.metric) for r in runs])
+    ref.runs.sort(key=lambda r: (r.seed != sweep.spec.seed, r.seed))
+    return ref
+
+
+Runner = Callable[[list[dict[str, Any]], str], None]
+
+
+def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: list[TrialRecord],
+           run: Runner) -> Selection:
+    """Confirm ``ordered`` candidates in rounds until ``confirm.keep`` hold.
+
+    ``run(configs, name)`` runs one round of re-runs (a Ray Tune experiment called
+    ``name``) and records them in ``book``. Round 1 also runs the base config.
+    """
+    conf = sweep.spec.confirm
+    on_front = {r.trial_id for r in front}
+    queue = ordered[:conf.max_candidates]
+    judged: list[Confirmation] = []
+    base_runs = plan_base(sweep)
+    round_no = 1
+    while queue and sum(c.holds for c in judged) < conf.keep:
+        need = conf.keep - sum(c.holds for c in judged)
+        batch, queue = queue[:need], queue[need:]
+        runs = plan(sweep, batch) + (base_runs if round_no == 1 else [])
+        if runs:
+            run(runs, "confirm" if round_no == 1 else f"confirm-{round_no}")
+        judged += [judge(sweep, book, rec, rec.trial_id in on_front) for rec in batch]
+        round_no += 1
+    holding = sorted((c for c in judged if c.holds), key=Confirmation.rank_key)
+    steps = {"search": book.steps_spent("search")}
+    steps["confirmation"] = sum(r.last_step for r in book.trials.values()
+                                if r.role != "search" and r.role != BASE_ROLE)
+    steps["base"] = book.steps_spent(BASE_ROLE)
+    return Selection(holding + [c for c in judged if not c.holds],
+                     base_reference(sweep, book), steps)
 
 
 def _sensitivity(member: TrialRecord, probe: TrialRecord, metric: str) -> float:

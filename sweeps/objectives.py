@@ -86,6 +86,25 @@ def metric_value(history: Sequence[Mapping[str, Any]], metric: str) -> float | N
     return values[-1] if values else None
 
 
+def gap_scale(best: float, mode: str, baseline: float | None) -> float:
+    """What a quality gap is measured against: ``best``'s improvement over the random-guess
+    loss ``baseline`` when a ``min`` objective sits below it, else ``|best|``."""
+    if baseline is not None and mode == "min" and best < baseline:
+        return baseline - best
+    return abs(best)
+
+
+def quality_gap(value: float, best: float, mode: str, baseline: float | None = None) -> float:
+    """How much worse ``value`` is than ``best``, as a share of :func:`gap_scale` (0 = as
+    good). Near a loss of zero a share of ``|best|`` magnifies seed noise; a share of the
+    improvement over the random guess does not."""
+    worse = value - best if mode == "min" else best - value
+    if worse == 0:
+        return 0.0
+    scale = gap_scale(best, mode, baseline)
+    return worse / scale if scale else math.copysign(math.inf, worse)
+
+
 def summary(history: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """Final value of every numeric metric, plus peaks and minima that matter."""
     out: dict[str, float] = {}

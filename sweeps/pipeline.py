@@ -21,7 +21,7 @@ from sweeps.report import write_report
 from sweeps.results import trials_frame, write_csv, write_front, write_histories
 from sweeps.runner import run_configs, run_search
 from sweeps.search import fail_interrupted
-from sweeps.select import pareto_front
+from sweeps.select import candidates, pareto_front
 from sweeps.spec import Sweep, load_sweep_dict, read_yaml
 from sweeps.tracking import log_sweep
 
@@ -33,7 +33,7 @@ class SweepOutcome:
     sweep: Sweep
     book: TrialBook
     front: list[TrialRecord]
-    confirmations: dict[str, confirmation.Confirmation]
+    selection: confirmation.Selection
     stable_paths: list[Path]
     trials: pd.DataFrame
     pareto: pd.DataFrame
@@ -133,27 +133,33 @@ def _execute(sweep: Sweep, *, address: str | None, progress: bool, tracking_uri:
                 fail_interrupted(sweep)
             search = [r for r in book.trials.values() if r.role == "search"]
             front = pareto_front(book, search, sweep.objectives)
-            runs = confirmation.plan(sweep, front)
-            confirmations = None
-            if runs:
-                run_configs(sweep, book, runs, "confirm", progress=progress,
-                            resume=resume and (sweep.output_dir / "confirm").exists())
-                confirmations = confirmation.collect(sweep, book, front)
-        return write_outputs(sweep, book, front, confirmations, tracking_uri=tracking_uri)
+            ordered = candidates(book, search, front, sweep.objectives)
+
+            def rerun(runs: list[dict], name: str) -> None:
+                run_configs(sweep, book, runs, name, progress=progress,
+                            resume=resume and (sweep.output_dir / name).exists())
+
+            chosen = confirmation.select(sweep, book, ordered, front, rerun)
+        return write_outputs(sweep, book, front, chosen, tracking_uri=tracking_uri)
     finally:
         close_books()
 
 
 def write_outputs(sweep: Sweep, book: TrialBook, front: list[TrialRecord],
-                  confirmations: dict[str, confirmation.Confirmation] | None,
-                  tracking_uri: str | None = None) -> SweepOutcome:
+                  chosen: confirmation.Selection, tracking_uri: str | None = None
+                  ) -> SweepOutcome:
     """trials.csv, pareto.csv, stable/, per-trial histories, MLflow and the report."""
     out = sweep.output_dir
-    trials = trials_frame(sweep, book)
+    trials = trials_frame(sweep, book, chosen)
     write_csv(out / "trials.csv", trials)
     write_histories(out / "trials", book)
-    pareto, paths = write_front(sweep, book, front, confirmations)
-    ranks = {rec.trial_id: i for i, rec in enumerate(front, start=1)}
-    log_sweep(sweep, book, ranks, tracking_uri)
+    pareto, paths = write_front(sweep, book, chosen)
+    tags = {c.trial_id: {"sweeps.selection": c.verdict,
+                         "sweeps.selection_reason": (c.fragile_reason or "")[:500]}
+            for c in chosen.candidates}
+    for rank, conf in enumerate(chosen.handed_over, start=1):
+        tags[conf.trial_id]["sweeps.pareto_rank"] = str(rank)
+    log_sweep(sweep, book, tags, tracking_uri)
     report = write_report(out, sweep.name, [o.metric for o in sweep.objectives])
-    return SweepOutcome(sweep, book, front, confirmations or {}, paths, trials, pareto, report)
+    warnings = [w for w in [chosen.base_warning()] if w]
+    return SweepOutcome(sweep, book, front, chosen, paths, trials, pareto, report, warnings)

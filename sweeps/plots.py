@@ -133,10 +133,10 @@ def pareto_plot(search: pd.DataFrame, pareto: pd.DataFrame, objectives: Sequence
         conf = front["trial_id"].isin(confirmed)
         if conf.any():
             handles.append(Line2D([], [], ls="", marker="o", ms=12, mfc="none", mec="black",
-                                  mew=2, label=f"front, confirmed ({int(conf.sum())})"))
+                                  mew=2, label=f"candidate, confirmed ({int(conf.sum())})"))
         if (~conf).any():
             handles.append(Line2D([], [], ls="", marker="o", ms=12, mfc="none", mec="#d62728",
-                                  label=f"front, not confirmed ({int((~conf).sum())})"))
+                                  label=f"candidate, not confirmed ({int((~conf).sum())})"))
         ax.legend(handles=handles, fontsize=8, loc="best")
         drawn = drawn or len(part) > 0
     if not drawn:
@@ -291,4 +291,52 @@ def curves_plot(curves: Sequence[Curve], title: str, path: Path) -> Path | None:
     if handles:
         fig.legend(handles, labels, loc="outside lower center", ncol=min(4, len(handles)),
                    fontsize=8, frameon=False)
+    return save(fig, path)
+
+
+VERDICT_COLOURS = {"confirmed": "#2ca02c", "unconfirmed": "#8fbf8f", "fragile": "#e76f51",
+                   "incomplete": "#b0b0b0", "base config": "#1f77b4"}
+
+
+@dataclass
+class SeedRow:
+    """One candidate (or the base config) in the per-seed plot."""
+
+    label: str
+    verdict: str
+    search: float | None
+    fresh: list[float]
+
+
+def seed_plot(rows: Sequence[SeedRow], metric: str, mode: str, path: Path) -> Path | None:
+    """A dot per seed for each candidate: hollow the search seed, filled the fresh seeds,
+    a bar at the fresh-seed mean; None if there is nothing to show."""
+    rows = [r for r in rows if r.search is not None or r.fresh]
+    if not rows:
+        return None
+    fig = Figure(figsize=(7.5, 0.9 + 0.42 * len(rows)), layout="constrained")
+    ax = fig.subplots()
+    every: list[float] = []
+    for y, row in enumerate(reversed(rows)):
+        colour = VERDICT_COLOURS.get(row.verdict, "#555555")
+        fresh = [v for v in row.fresh if math.isfinite(v)]
+        if fresh:
+            ax.scatter(fresh, [y] * len(fresh), c=colour, s=36, zorder=3)
+            ax.plot([float(np.mean(fresh))] * 2, [y - 0.3, y + 0.3], c=colour, lw=2)
+        if row.search is not None and math.isfinite(row.search):
+            ax.scatter([row.search], [y], facecolors="none", edgecolors=colour, s=60,
+                       linewidths=1.5, zorder=3)
+            fresh.append(row.search)
+        every += fresh
+    ax.set_yticks(range(len(rows)), [f"{r.label} ({r.verdict})" for r in reversed(rows)],
+                  fontsize=8)
+    _auto_log(ax, "x", pd.Series(every), ratio=20.0)
+    ax.set_xlabel(_label(metric, mode))
+    ax.grid(alpha=0.3, axis="x")
+    ax.legend(handles=[
+        Line2D([], [], ls="", marker="o", mfc="none", mec="#555555", label="search seed"),
+        Line2D([], [], ls="", marker="o", c="#555555", label="fresh seeds"),
+        Line2D([], [], ls="-", c="#555555", lw=2, label="fresh-seed mean")],
+        fontsize=8, loc="best")
+    ax.set_title(f"{metric} on every seed, handed-over configs first", fontsize=10)
     return save(fig, path)

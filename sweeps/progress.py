@@ -121,7 +121,7 @@ class ProgressLines(Callback):
 
     @property
     def step_budget(self) -> int | None:
-        return self.book.sweep.spec.budget.total_steps
+        return self.book.sweep.search_steps
 
     def eta(self) -> tuple[float, float]:
         elapsed = time.monotonic() - self.start

@@ -21,7 +21,7 @@ META = ("trial_id", "role", "status", "reason", "stop_step", "seed", "steps", "r
 FAILED = ("unstable", "crash")
 MAX_FAILED_CURVES, MAX_TOP_CURVES = 8, 5
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
-_PLOT_GLOBS = ("pareto.png", "stability-*.png", "curves-*.png")
+_PLOT_GLOBS = ("pareto.png", "seeds.png", "stability-*.png", "curves-*.png")
 
 
 @dataclass
@@ -37,6 +37,7 @@ class Results:
     knobs: list[str]
     kinds: dict[str, str]
     stable: list[str]
+    seed: int = 0
 
     @property
     def categorical(self) -> set[str]:
@@ -133,8 +134,10 @@ def load(folder: Path, name: str | None = None, objectives: list[str] | None = N
     knobs = _knobs(trials, declared, resolved)
     kinds = {k: _kind(trials[k], declared.get(k)) for k in knobs}
     stable = sorted(f"stable/{p.name}" for p in (folder / "stable").glob("*.yaml"))
+    seed = spec.get("seed", 0)
     return Results(folder, name or str(spec.get("name") or folder.name), trials, pareto,
-                   list(objectives), modes, knobs, kinds, stable)
+                   list(objectives), modes, knobs, kinds, stable,
+                   seed if isinstance(seed, int) else 0)
 
 
 def _plain(v: Any) -> Any:
@@ -201,9 +204,36 @@ def summary_of(res: Results) -> dict[str, Any]:
         "failures": {t["reason"]: t["trials"] for t in tax if t["trials"]},
         "taxonomy": tax,
         "front": front,
+        "selection": {k: int(v) for k, v in res.pareto.get(
+            "selection", pd.Series(dtype=str)).value_counts().items()},
+        "fragile": {str(r["trial_id"]): str(r.get("selection_reason") or "")
+                    for r in res.pareto.to_dict(orient="records")
+                    if r.get("selection") in ("fragile", "incomplete")},
+        "base": _base_summary(res),
         "stable_yamls": res.stable,
         "best_yaml": str(res.folder / res.stable[0]) if res.stable else None,
     }
+
+
+def _seed_values(frame: pd.DataFrame, metric: str) -> dict[int, str]:
+    """Columns ``<metric>@seed<s>`` of pareto.csv, by seed."""
+    prefix = f"{metric}@seed"
+    return {int(c[len(prefix):]): c for c in frame.columns
+            if c.startswith(prefix) and c[len(prefix):].isdigit()}
+
+
+def _base_summary(res: Results) -> dict[str, Any] | None:
+    """The base config's reference runs: quality by seed and the fresh-seed mean."""
+    if not res.objectives:
+        return None
+    col = f"objective_{res.objectives[0]}"
+    runs = res.trials[res.trials["role"] == "base"]
+    if not len(runs) or col not in runs:
+        return None
+    by_seed = {int(r["seed"]): _plain(r[col]) if r["status"] == "ok" else r["status"]
+               for r in runs.to_dict(orient="records")}
+    fresh = [v for s, v in by_seed.items() if s != res.seed and isinstance(v, (int, float))]
+    return {"by_seed": by_seed, "mean": sum(fresh) / len(fresh) if fresh else None}
 
 
 # ---------------------------------------------------------------- plots
@@ -246,6 +276,28 @@ def _top_curves(res: Results) -> list[plots.Curve]:
     return curves
 
 
+def _seed_plot(res: Results, path: Path) -> Path | None:
+    if not res.objectives or not len(res.pareto):
+        return None
+    metric = res.objectives[0]
+    cols = _seed_values(res.pareto, metric)
+    if not cols:
+        return None
+    rows = []
+    for rec in res.pareto.to_dict(orient="records"):
+        values = {s: pd.to_numeric(rec.get(c), errors="coerce") for s, c in cols.items()}
+        search = values.pop(res.seed, float("nan"))
+        rows.append(plots.SeedRow(str(rec["trial_id"]), str(rec.get("selection") or ""),
+                                  None if pd.isna(search) else float(search),
+                                  [float(v) for v in values.values() if pd.notna(v)]))
+    base = _base_summary(res)
+    if base:
+        nums = {s: v for s, v in base["by_seed"].items() if isinstance(v, (int, float))}
+        rows.append(plots.SeedRow("base", "base config", nums.pop(res.seed, None),
+                                  list(nums.values())))
+    return plots.seed_plot(rows, metric, res.modes.get(metric, "min"), path)
+
+
 def _default_pair(res: Results) -> tuple[str, str | None] | None:
     numeric = [k for k in res.knobs if pd.to_numeric(res.trials[k], errors="coerce").notna().any()]
     varying = [k for k in numeric if res.trials[k].nunique() > 1] + \
@@ -270,6 +322,8 @@ def draw(res: Results, pairs: list[tuple[str, str]] | None = None) -> dict[str, 
     path = plots.pareto_plot(res.search, res.pareto, res.objectives, res.modes,
                              folder / "pareto.png")
     out["pareto"] = [(path.name, "Pareto front")] if path else []
+    path = _seed_plot(res, folder / "seeds.png")
+    out["seeds"] = [(path.name, "Quality on every seed")] if path else []
     maps = [p for p in [_default_pair(res)] if p] + list(pairs or [])
     out["map"] = []
     for x, y in dict.fromkeys(maps):
@@ -289,7 +343,8 @@ def draw(res: Results, pairs: list[tuple[str, str]] | None = None) -> dict[str, 
         if path:
             out["curves"].append((path.name, title))
     out["notes"] = notes
-    made = {name for section in ("pareto", "map", "curves") for name, _ in out[section]}
+    made = {name for section in ("pareto", "seeds", "map", "curves")
+            for name, _ in out[section]}
     for pattern in _PLOT_GLOBS:  # plots of an earlier report that this one did not draw
         for stale in folder.glob(pattern):
             if stale.name not in made:
@@ -410,9 +465,33 @@ def _header(res: Results, info: dict[str, Any]) -> str:
             f"</p><p>failures by reason: "
             f"{_badges(info['failures'], plots.OUTCOME_COLOURS)}</p>"
             f"<h3>Stable configs (best first)</h3>{stable_html}"
-            "<nav><a href='#pareto'>Pareto front</a><a href='#map'>Stability map</a>"
+            f"{_warning_html(res)}"
+            "<nav><a href='#pareto'>Pareto front</a><a href='#seeds'>Fresh seeds</a>"
+            "<a href='#map'>Stability map</a>"
             "<a href='#curves'>Curves</a><a href='#taxonomy'>Failure taxonomy</a>"
             "<a href='#trials'>All trials</a></nav>")
+
+
+def _fragile_html(res: Results) -> str:
+    rows = [r for r in res.pareto.to_dict(orient="records")
+            if r.get("selection") in ("fragile", "incomplete")]
+    if not rows:
+        return ""
+    items = "".join(f"<li><b>{e(str(r['trial_id']))}</b> ({e(str(r['selection']))}): "
+                    f"{e(str(r.get('selection_reason') or ''))}</li>" for r in rows)
+    return f"<p>Not handed over:</p><ul>{items}</ul>"
+
+
+def _warning_html(res: Results) -> str:
+    """The WARNING line of the top YAML's header (e.g. worse than the base config)."""
+    if not res.stable:
+        return ""
+    try:
+        head = (res.folder / res.stable[0]).read_text().splitlines()
+    except OSError:
+        return ""
+    lines = [h[2:] for h in head if h.startswith("# WARNING") or "UNCONFIRMED" in h]
+    return "".join(f"<p class=note><b>{e(line)}</b></p>" for line in lines)
 
 
 def _images(items: list[tuple[str, str]], empty: str) -> str:
@@ -444,11 +523,19 @@ def write_report(folder: Path, name: str, objectives: list[str],
     parts = [
         _header(res, info),
         "<h2 id=pareto>Pareto front</h2>",
-        "<p class=muted>Search trials by status; ringed: Pareto front (black: confirmed on "
-        "extra seeds, red dashed: not confirmed); numbers: front rank.</p>",
+        "<p class=muted>Search trials by status; ringed: the candidates judged on fresh "
+        "seeds (the noise-aware Pareto front first; black: confirmed, red: fragile or not "
+        "confirmed); numbers: their row in pareto.csv.</p>",
         _images(figs["pareto"], "No search trial has values for two objectives to plot."),
         table(res.pareto[pareto_cols], folder) if len(res.pareto)
         else "<p>No Pareto front: no search trial finished ok.</p>",
+        "<h2 id=seeds>Candidates on fresh seeds</h2>",
+        "<p class=muted>Each candidate re-run on fresh seeds: hollow dot = the seed it was "
+        "found on, filled dots = fresh seeds, bar = fresh-seed mean (the rank order). "
+        "Fragile: unstable on a seed or at the LR probe, or its worst seed beyond the "
+        "tolerance from its best.</p>",
+        _images(figs["seeds"], "No candidate was re-run on fresh seeds."),
+        _fragile_html(res),
         "<h2 id=map>Stability map</h2>",
         _images(figs["map"], "No numeric knob to map."),
         "".join(f"<p class=note>{e(n)}</p>" for n in figs["notes"]),

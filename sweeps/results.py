@@ -12,7 +12,7 @@ import pandas as pd
 from sweeps import objectives
 from sweeps.atomic import replace_dir, write_text
 from sweeps.book import TrialBook, TrialRecord
-from sweeps.confirm import Confirmation
+from sweeps.confirm import Confirmation, Selection
 from sweeps.export import write_config
 from sweeps.spec import Sweep
 
@@ -37,13 +37,32 @@ def trial_row(sweep: Sweep, book: TrialBook, rec: TrialRecord) -> dict[str, Any]
     return row
 
 
-def trials_frame(sweep: Sweep, book: TrialBook) -> pd.DataFrame:
-    """All trials, search first then re-runs, in the order they were created."""
-    frame = pd.DataFrame([trial_row(sweep, book, r) for r in book.trials.values()])
+def trials_frame(sweep: Sweep, book: TrialBook, chosen: Selection | None = None) -> pd.DataFrame:
+    """All trials, search first then re-runs, in the order they were created; a judged
+    candidate's row also carries its verdict and quality on every seed."""
+    judged = {c.trial_id: c for c in chosen.candidates} if chosen else {}
+    rows = []
+    for rec in book.trials.values():
+        row = trial_row(sweep, book, rec)
+        conf = judged.get(rec.trial_id)
+        if conf is not None:
+            row.update(seed_columns(conf))
+        rows.append(row)
+    frame = pd.DataFrame(rows)
     for col in ("stop_step", "steps"):
         if col in frame:
             frame[col] = frame[col].astype("Int64")
     return frame
+
+
+def seed_columns(conf: Confirmation) -> dict[str, Any]:
+    """A candidate's verdict and per-seed quality, as trials.csv and pareto.csv show them."""
+    metric = conf.quality.metric
+    row: dict[str, Any] = {"selection": conf.verdict, "selection_reason": conf.fragile_reason
+                           or "", f"{metric}_mean": conf.mean, f"{metric}_worst": conf.worst,
+                           f"{metric}_spread": _finite_or_none(conf.spread)}
+    row.update({f"{metric}@seed{seed}": value for seed, value in conf.by_seed.items()})
+    return row
 
 
 def write_csv(path: Path, frame: pd.DataFrame) -> None:
@@ -66,57 +85,92 @@ def _finite_or_none(x: float | None) -> float | str | None:
     return x if math.isfinite(x) else str(x)
 
 
-def write_front(sweep: Sweep, book: TrialBook, front: list[TrialRecord],
-                confirmations: dict[str, Confirmation] | None) -> tuple[pd.DataFrame, list[Path]]:
-    """pareto.csv and stable/: confirmed members only (all members if confirmation is off)."""
+def _confirmation_text(sweep: Sweep, conf: Confirmation) -> str:
+    if conf.planned == 0:
+        text = "UNCONFIRMED (confirm.seeds: 0): ran on its search seed only"
+    else:
+        spread = "-" if conf.spread is None else f"{conf.spread:.1%}"
+        text = (f"stable on {conf.seeds_passed}/{conf.planned} extra seeds {conf.seeds}, "
+                f"worst seed {spread} from the best (tolerance {conf.tolerance:.0%})")
+    if conf.probe_planned:
+        text += f"; LR x{sweep.spec.confirm.lr_probe:g} probe: {conf.probe_status or 'not run'}"
+        if conf.lr_sensitivity is not None and math.isfinite(conf.lr_sensitivity):
+            text += f" (LR sensitivity {conf.lr_sensitivity:+.3g})"
+    return text
+
+
+def _quality_text(conf: Confirmation) -> str:
+    seeds = ", ".join(f"{s}{' (search)' if s == conf.search.seed else ''}: "
+                      + ("-" if v is None else f"{v:.4g}") for s, v in conf.by_seed.items())
+    mean = "-" if conf.mean is None else f"{conf.mean:.4g}"
+    worst = "-" if conf.worst is None else f"{conf.worst:.4g}"
+    return f"{seeds}; mean over fresh seeds {mean}, worst {worst}"
+
+
+def provenance(sweep: Sweep, chosen: Selection, rank: int, conf: Confirmation,
+               rec: TrialRecord, values: list[float | None]) -> dict[str, Any]:
+    """The YAML header of one handed-over config."""
+    metric = conf.quality.metric
+    kind = "confirmed" if conf.confirmed else "UNCONFIRMED"
+    out: dict[str, Any] = {
+        "rank": f"{rank} of {len(chosen.handed_over)} {kind} configs, by mean {metric} over "
+                "fresh seeds",
+        "trial": f"{rec.trial_id} (search seed {rec.seed})",
+        f"{metric} by seed": _quality_text(conf),
+        "search objectives": {o.metric: v for o, v in zip(sweep.objectives, values,
+                                                           strict=True)},
+        "knobs": dict(rec.values),
+        "confirmation": _confirmation_text(sweep, conf),
+    }
+    base = chosen.base
+    if base is not None and base.mean is not None:
+        out["base config"] = (f"mean {metric} {base.mean:.4g} on the same seeds"
+                              + (f" (unstable on {'; '.join(base.failures)})"
+                                 if base.failures else ""))
+    warning = chosen.base_warning() if rank == 1 else None
+    if warning:
+        out["WARNING"] = warning
+    return out
+
+
+def write_front(sweep: Sweep, book: TrialBook,
+                chosen: Selection) -> tuple[pd.DataFrame, list[Path]]:
+    """pareto.csv (every judged candidate, handed-over ones first in rank order) and stable/
+    (the handed-over configs: confirmed, or unconfirmed when no seeds were planned)."""
     out = sweep.output_dir
-    rows, chosen = [], []
-    for rank, rec in enumerate(front, start=1):
-        conf = (confirmations or {}).get(rec.trial_id)
-        ok = conf.confirmed if conf is not None else True
-        row: dict[str, Any] = {"front_rank": rank, "trial_id": rec.trial_id}
+    rows: list[dict[str, Any]] = []
+    for conf in chosen.candidates:
+        rec = book.trials[conf.trial_id]
+        row: dict[str, Any] = {"rank": None, "trial_id": conf.trial_id,
+                               "on_front": conf.on_front}
         row.update({k: rec.values.get(k) for k in sweep.space})
         values = book.objective_values(rec, sweep.objectives)
         row.update({o.metric: v for o, v in zip(sweep.objectives, values, strict=True)})
-        if conf is not None:
-            row.update({"seeds_passed": conf.seeds_passed, "seeds_run": len(conf.seeds),
-                        "seed_failures": "; ".join(conf.seed_reasons),
-                        "lr_probe": conf.probe_status or "",
-                        "lr_probe_reason": conf.probe_reason or "",
-                        "lr_sensitivity": _finite_or_none(conf.lr_sensitivity)})
-        row["confirmed"] = ok
-        row["yaml"] = ""
-        if ok:
-            chosen.append((rec, conf, values, row))
+        row.update(seed_columns(conf))
+        row.update({"seeds_passed": conf.seeds_passed, "seeds_run": len(conf.seeds),
+                    "seeds_planned": conf.planned,
+                    "seed_failures": "; ".join(conf.seed_reasons),
+                    "lr_probe": conf.probe_status or "",
+                    "lr_probe_reason": conf.probe_reason or "",
+                    "lr_sensitivity": _finite_or_none(conf.lr_sensitivity),
+                    "confirmed": conf.confirmed, "yaml": ""})
         rows.append(row)
 
     paths: list[Path] = []
 
     def fill(tmp: Path) -> None:
-        for i, (rec, conf, values, row) in enumerate(chosen, start=1):
-            name = f"rank-{i:02d}-{rec.trial_id}.yaml"
-            provenance: dict[str, Any] = {
-                "rank": f"{i} of {len(chosen)} confirmed Pareto-stable configs",
-                "trial": f"{rec.trial_id} (seed {rec.seed})",
-                "objectives": {o.metric: v for o, v in zip(sweep.objectives, values,
-                                                           strict=True)},
-                "knobs": dict(rec.values),
-            }
-            if conf is None:
-                provenance["confirmation"] = "not run (confirm.seeds: 0)"
-            else:
-                provenance["confirmation"] = (
-                    f"stable on {conf.seeds_passed}/{len(conf.seeds)} extra seeds "
-                    f"{conf.seeds}; LR x{sweep.spec.confirm.lr_probe:g} probe: "
-                    f"{conf.probe_status or 'not run'}"
-                    + (f" ({conf.probe_reason})" if conf.probe_reason else "")
-                    + (f"; LR sensitivity {conf.lr_sensitivity:.3g}"
-                       if conf.lr_sensitivity is not None else ""))
-            write_config(tmp / name, sweep, rec.values, provenance)
-            row["yaml"] = f"stable/{name}"
+        for rank, (conf, row) in enumerate(zip(chosen.handed_over, rows, strict=False),
+                                           start=1):
+            rec = book.trials[conf.trial_id]
+            name = f"rank-{rank:02d}-{rec.trial_id}.yaml"
+            write_config(tmp / name, sweep, rec.values, provenance(
+                sweep, chosen, rank, conf, rec, book.objective_values(rec, sweep.objectives)))
+            row["rank"], row["yaml"] = rank, f"stable/{name}"
             paths.append(out / "stable" / name)
 
     replace_dir(out / "stable", fill)
     frame = pd.DataFrame(rows)
+    if len(frame):
+        frame["rank"] = frame["rank"].astype("Int64")
     write_csv(out / "pareto.csv", frame)
     return frame, paths

@@ -100,8 +100,9 @@ class StabilityAwareSearch(OptunaSearch):
         return self._ot_study
 
     def suggest(self, trial_id: str) -> dict | str | None:
-        """The next config, or FINISHED once ``budget.total_steps`` is spent."""
-        total = self.book.sweep.spec.budget.total_steps
+        """The next config, or FINISHED once the search's share of ``budget.total_steps``
+        is spent (the rest is kept for confirmation)."""
+        total = self.book.sweep.search_steps
         if total is not None and trial_id not in self._ot_trials and \
                 self.book.steps_spent() >= total:
             return Searcher.FINISHED

@@ -55,6 +55,10 @@ class Objective(_Strict):
 
     metric: str = Field(min_length=1)
     mode: Literal["min", "max"] = "min"
+    noise: float | None = Field(
+        default=None, ge=0, description="differences up to this do not shape the Pareto "
+        "front (step_time: a relative share; other metrics: absolute); default: measured "
+        "for step_time, 0.1 for instability, 0 else")
 
 
 class Budget(_Strict):
@@ -115,10 +119,21 @@ class Budget(_Strict):
 
 
 class Confirm(_Strict):
-    """Re-runs of the Pareto front before a config is written to stable/."""
+    """Re-runs of the best candidates before a config is written to stable/."""
 
-    seeds: int = Field(default=2, ge=0, description="extra seeds per front member")
+    seeds: int = Field(default=2, ge=0, description="extra seeds per candidate")
     lr_probe: float = Field(default=2.0, ge=0, description="LR multiplier probe; 0 = off")
+    tolerance: float = Field(
+        default=0.2, gt=0, description="largest gap between a candidate's worst and best "
+        "seed on the quality objective, as a share of the best seed's improvement over "
+        "rules.baseline_loss (of |best| without a baseline); a wider gap makes the "
+        "candidate fragile")
+    keep: int = Field(default=3, ge=1, description="confirmed configs to find: candidates "
+                      "are confirmed down the ranked list until this many hold")
+    max_candidates: int = Field(default=8, ge=1, description="most candidates to re-run")
+    base: bool = Field(default=True, description="also run the base config's own knob "
+                       "values on the same seeds, so the handed-over configs are compared "
+                       "with what the user had")
 
 
 class Resources(_Strict):
@@ -186,6 +201,21 @@ class Sweep:
     def values_by_path(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """Knob values keyed by their write-back paths."""
         return {self.spec.write_back[k]: v for k, v in values.items()}
+
+    @property
+    def confirm_steps(self) -> int:
+        """Training steps a step budget keeps back for confirmation: ``confirm.keep``
+        candidates on every fresh seed and the LR probe, and the base config's runs."""
+        conf, budget = self.spec.confirm, self.spec.budget
+        per = conf.seeds + (1 if conf.lr_probe > 0 and "lr" in self.space else 0)
+        base = (conf.seeds + 1) if conf.base and conf.seeds else 0
+        return (conf.keep * per + base) * budget.max_steps
+
+    @property
+    def search_steps(self) -> int | None:
+        """Training steps the search may spend: ``budget.total_steps`` less confirmation."""
+        total = self.spec.budget.total_steps
+        return None if total is None else total - self.confirm_steps
 
     def trial_config(self, values: Mapping[str, Any], *, trial_id: str, seed: int,
                      max_steps: int | None = None) -> dict[str, Any]:
@@ -255,12 +285,26 @@ def load_sweep_dict(data: Any, *, base_dir: Path, import_trainer: bool = True) -
                             "list each objective metric once")
         seen.add(obj.metric)
     paths = search_paths(base_dir)
+    sweep = Sweep(spec=spec, base_dir=base_dir, base_config=base_config, space=space,
+                  trainer_paths=paths, output_dir=(Path.cwd() / spec.output / spec.name).resolve(),
+                  objectives=objectives, notes=notes)
+    _check_step_budget(sweep)
     if import_trainer:
         load_trainer(spec.trainer, paths)
-    output_dir = (Path.cwd() / spec.output / spec.name).resolve()
-    return Sweep(spec=spec, base_dir=base_dir, base_config=base_config, space=space,
-                 trainer_paths=paths, output_dir=output_dir, objectives=objectives,
-                 notes=notes)
+    return sweep
+
+
+def _check_step_budget(sweep: Sweep) -> None:
+    """A step budget must leave the search at least one trial after confirmation."""
+    search, budget = sweep.search_steps, sweep.spec.budget
+    if search is not None and search < budget.max_steps:
+        raise SpecError("budget.total_steps", f"{budget.total_steps} steps leave "
+                        f"{max(search, 0)} for the search once confirmation's "
+                        f"{sweep.confirm_steps} are kept back (confirm.keep x (confirm.seeds "
+                        "+ LR probe) + the base config's runs, each budget.max_steps)",
+                        f"raise total_steps to at least {sweep.confirm_steps + budget.max_steps}"
+                        ", or lower confirm.keep / confirm.seeds (confirm.base: false drops "
+                        "the base config's runs)")
 
 
 def _resolve(rel: str, base_dir: Path) -> Path:

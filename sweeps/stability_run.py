@@ -37,6 +37,8 @@ class StabilityOutcome:
     boundary_text: str
     warnings: list[str]
     files: list[Path]
+    quality_note: str = ""
+    display: pd.DataFrame | None = None
 
 
 def _check_knob(sweep: Sweep, name: str, values: list[Any], flag: str) -> None:
@@ -69,12 +71,23 @@ def run_stability(sweep: Sweep, param: str, values: list[Any], *, seeds: int = 3
         close_books()
 
 
+def quality_of(sweep: Sweep) -> stability.Quality | None:
+    """The sweep's first objective, the quality the stability table reports."""
+    first = sweep.objectives[0] if sweep.objectives else None
+    return stability.Quality(first.metric, first.mode, sweep.spec.rules.baseline_loss) \
+        if first else None
+
+
 def write_stability(sweep: Sweep, book: TrialBook, names: list[str]) -> StabilityOutcome:
     """stability.csv, stability.md and, for two knobs, stability_map.png."""
     out = sweep.output_dir
     rows = stability.cells(book, names[0], names[1] if len(names) > 1 else None)
-    table = pd.DataFrame(stability.table_rows(rows, names))
-    recommended, why = stability.recommend(rows)
+    quality = quality_of(sweep)
+    records = stability.table_rows(rows, names, quality)
+    table = pd.DataFrame(records)
+    display = pd.DataFrame(stability.display_rows(records, quality))
+    recommended, why = stability.recommend(rows, quality)
+    note = stability.quality_note(rows, quality)
     clip, clip_why = stability.recommend_clip(rows)
     below, above = stability.boundary(rows)
     warnings = stability.clip_warnings(rows)
@@ -82,22 +95,23 @@ def write_stability(sweep: Sweep, book: TrialBook, names: list[str]) -> Stabilit
     write_csv(files[0], table)
     write_histories(out / FOLDER, book)
     md = [f"# Stability of {sweep.name} over {' × '.join(names)}", "",
-          table.to_markdown(index=False), "",
+          display.to_markdown(index=False), "",
+          f"- {note}",
           f"- boundary: {_edge(below, above)}",
-          f"- recommended {names[0]}: {recommended} ({why})",
+          f"- recommended {names[0]}: {stability.label((recommended,))} ({why})",
           f"- recommended grad_clip: {clip if clip is None else f'{clip:.3g}'} ({clip_why})"]
     md += [f"- warning: {w}" for w in warnings]
     write_text(files[1], "\n".join(md) + "\n")
     if len(names) == 2:
         files.append(out / "stability_map.png")
-        stability.draw_map(rows, names, files[-1])
+        stability.draw_map(rows, names, files[-1], quality)
     edge = (below.key[0] if below else None, above.key[0]) if above else None
     return StabilityOutcome(table, names, recommended, why, clip, clip_why, edge,
-                            _edge(below, above), warnings, files)
+                            _edge(below, above), warnings, files, note, display)
 
 
 def _edge(below, above) -> str:
     if above is None:
         return "not found in the grid"
-    low = below.key[0] if below else "(none stable)"
-    return f"between {low} and {above.key[0]} ({above.verdict()})"
+    low = stability.label(below.key[:1]) if below else "(none stable)"
+    return f"between {low} and {stability.label(above.key[:1])} ({above.verdict()})"

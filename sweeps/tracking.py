@@ -23,9 +23,10 @@ def tracking_uri(sweep: Sweep, uri: str | None = None) -> str:
         f"sqlite:///{Path(sweep.output_dir) / 'mlflow.db'}"
 
 
-def log_sweep(sweep: Sweep, book: TrialBook, front_rank: dict[str, int],
+def log_sweep(sweep: Sweep, book: TrialBook, selection_tags: dict[str, dict[str, str]],
               uri: str | None = None) -> str:
-    """Log the whole sweep; returns the parent run id."""
+    """Log the whole sweep; returns the parent run id. ``selection_tags``: per trial id,
+    the tags of its selection verdict and rank."""
     from mlflow.entities import Metric, Param, RunTag
     from mlflow.tracking import MlflowClient
 
@@ -38,7 +39,8 @@ def log_sweep(sweep: Sweep, book: TrialBook, front_rank: dict[str, int],
     counts: dict[str, int] = {}
     for rec in book.trials.values():
         counts[rec.status] = counts.get(rec.status, 0) + 1
-        _log_trial(client, exp_id, pid, rec, front_rank.get(rec.trial_id), Metric, Param, RunTag)
+        _log_trial(client, exp_id, pid, rec, selection_tags.get(rec.trial_id, {}), Metric,
+                   Param, RunTag)
     client.log_batch(pid, metrics=[Metric(f"trials_{k}", float(v), int(time.time() * 1000), 0)
                                    for k, v in counts.items()],
                      params=[Param("trials", str(sweep.spec.budget.trial_cap or "no cap")),
@@ -49,14 +51,13 @@ def log_sweep(sweep: Sweep, book: TrialBook, front_rank: dict[str, int],
     return pid
 
 
-def _log_trial(client, exp_id: str, parent_id: str, rec: TrialRecord, rank: int | None,
-               Metric, Param, RunTag) -> None:  # noqa: N803 - mlflow entity classes
+def _log_trial(client, exp_id: str, parent_id: str, rec: TrialRecord,
+               selection: dict[str, str], Metric, Param, RunTag) -> None:  # noqa: N803
     tags = {"mlflow.parentRunId": parent_id, "sweeps.status": rec.status,
             "sweeps.role": rec.role, "sweeps.seed": str(rec.seed)}
     if rec.reason:
         tags.update({"sweeps.reason": rec.reason, "sweeps.stop_step": str(rec.stop_step)})
-    if rank is not None:
-        tags["sweeps.pareto_rank"] = str(rank)
+    tags.update(selection)
     run = client.create_run(exp_id, run_name=rec.trial_id, tags={"mlflow.parentRunId": parent_id})
     rid = run.info.run_id
     now = int(time.time() * 1000)

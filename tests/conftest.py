@@ -37,6 +37,21 @@ def edit_linreg(folder: Path, train: dict | None = None, **sweep: object) -> Non
         cfg_path.write_text(yaml.safe_dump(cfg))
 
 
+def run_cli_in(folder: Path, *argv: str) -> int:
+    """``sweeps ARGV`` with ``folder`` as the working directory (for module-scope fixtures,
+    where monkeypatch.chdir is not available)."""
+    import os
+
+    from sweeps.cli import main
+
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        return main(list(argv))
+    finally:
+        os.chdir(cwd)
+
+
 def read_results_csv(path: Path) -> pd.DataFrame:
     """trials.csv / pareto.csv with trial ids as text (a Ray id such as 18693084 is all
     digits, and pandas would read it as a number)."""

@@ -64,7 +64,7 @@ def test_live_panel_on_a_terminal(linreg_dir, monkeypatch):
 
 def test_step_budget_counts_steps(linreg_dir, monkeypatch):
     monkeypatch.chdir(linreg_dir)
-    edit_linreg(linreg_dir, budget={"total_steps": 100})
+    edit_linreg(linreg_dir, budget={"total_steps": 100}, confirm={"seeds": 0, "lr_probe": 0})
     data = yaml.safe_load((linreg_dir / "linreg.yaml").read_text())
     del data["budget"]["trials"]
     (linreg_dir / "linreg.yaml").write_text(yaml.safe_dump(data))

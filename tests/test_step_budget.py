@@ -6,14 +6,11 @@ more trials than ``total_steps / max_steps`` when part of the space is unstable.
 
 from __future__ import annotations
 
-import os
-
 import pandas as pd
 import pytest
 import yaml
 
-from sweeps.cli import main
-from tests.conftest import copy_sweepfiles, edit_linreg
+from tests.conftest import copy_sweepfiles, edit_linreg, run_cli_in
 
 pytestmark = pytest.mark.slow
 
@@ -23,19 +20,15 @@ UNSTABLE_LRS = [20.0, 8.0, 5.0]
 
 def test_step_budget_turns_early_stops_into_more_trials(tmp_path, ray_session):
     folder = copy_sweepfiles(tmp_path)
-    edit_linreg(folder, initial_points=[{"lr": lr} for lr in UNSTABLE_LRS], confirm={"seeds": 0})
+    edit_linreg(folder, initial_points=[{"lr": lr} for lr in UNSTABLE_LRS],
+                confirm={"seeds": 0, "lr_probe": 0})  # nothing kept back for confirmation
     path = folder / "linreg.yaml"
     data = yaml.safe_load(path.read_text())
     # no `trials`: the step budget alone ends the search
     data["budget"] = {"max_steps": MAX_STEPS, "total_steps": TOTAL, "concurrent": CONCURRENT,
                       "scheduler": "none"}
     path.write_text(yaml.safe_dump(data))
-    cwd = os.getcwd()
-    os.chdir(folder)
-    try:
-        assert main(["run", "linreg.yaml", "--quiet"]) == 0
-    finally:
-        os.chdir(cwd)
+    assert run_cli_in(folder, "run", "linreg.yaml", "--quiet") == 0
     trials = pd.read_csv(folder / "results" / "linreg" / "trials.csv")
     search = trials[trials["role"] == "search"]
     spent = int(search["steps"].sum())

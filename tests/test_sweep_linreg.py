@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from sweeps.cli import main
-from tests.conftest import copy_sweepfiles, edit_linreg, read_results_csv
+from tests.conftest import copy_sweepfiles, edit_linreg, read_results_csv, run_cli_in
 
 pytestmark = pytest.mark.slow
 
@@ -42,15 +42,7 @@ def _trials(folder):
 def linreg_run(tmp_path_factory, ray_session):
     folder = copy_sweepfiles(tmp_path_factory.mktemp("linreg"))
     edit_linreg(folder, initial_points=[{"lr": lr} for lr in UNSTABLE_LRS + FLAT_LRS + [0.05]])
-    import os
-
-    cwd = os.getcwd()
-    os.chdir(folder)
-    try:
-        code = main(["run", "linreg.yaml", "--quiet"])
-    finally:
-        os.chdir(cwd)
-    assert code == 0
+    assert run_cli_in(folder, "run", "linreg.yaml", "--quiet") == 0
     return folder / "results" / "linreg"
 
 

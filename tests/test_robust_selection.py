@@ -1,0 +1,175 @@
+"""Robust selection: what ``sweeps best`` hands over holds on seeds it was not found on.
+
+The linreg trainer with ``fragile_above: 0.1``: an LR above 0.1 is the best config on
+the search seed (0) and settles in a bad basin (val_loss ~0.5 instead of ~0.005) on
+seeds 1 and 2, smooth and finite, so no rule can fire. Below 0.1 every seed agrees.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import yaml
+
+from sweeps.cli import main
+from sweeps.confirm import Confirmation, SeedRun
+from sweeps.spec import Objective
+from tests.conftest import edit_linreg, read_results_csv, run_cli_in
+
+EDGE = 0.1
+FRAGILE_LRS = [0.3, 0.2, 0.15]
+ROBUST_LRS = [0.08, 0.05, 0.03]
+
+
+def _conf(planned: int, runs: list[SeedRun], tolerance: float = 0.2) -> Confirmation:
+    return Confirmation("t", Objective(metric="val_loss"), tolerance, planned,
+                        search=SeedRun(0, "ok", None, None, 1.0), runs=runs)
+
+
+def test_no_recorded_confirmation_is_not_confirmed():
+    assert _conf(2, []).verdict == "incomplete"
+    assert not _conf(2, []).confirmed and not _conf(2, []).holds
+    assert "0 of 2" in _conf(2, []).fragile_reason
+    one = _conf(2, [SeedRun(1, "ok", None, None, 1.05)])
+    assert one.verdict == "incomplete" and "1 of 2" in one.fragile_reason
+
+
+def test_no_seeds_planned_is_unconfirmed_never_confirmed():
+    conf = _conf(0, [])
+    assert conf.verdict == "unconfirmed" and not conf.confirmed and conf.holds
+
+
+def test_quality_gap_beyond_the_tolerance_is_fragile_and_says_which_seed():
+    conf = _conf(2, [SeedRun(1, "ok", None, None, 1.1), SeedRun(2, "ok", None, None, 5.0)])
+    assert conf.verdict == "fragile"
+    assert "seed 2: val_loss 5 against seed 0's 1, 400% worse" in conf.fragile_reason
+    assert math.isclose(conf.mean, 3.05) and conf.worst == 5.0
+    held = _conf(2, [SeedRun(1, "ok", None, None, 1.1), SeedRun(2, "ok", None, None, 0.95)])
+    assert held.verdict == "confirmed" and math.isclose(held.spread, 0.15 / 0.95)
+
+
+def test_with_a_baseline_the_gap_is_a_share_of_the_improvement_over_it():
+    # 0.0037 vs 0.0049: 32 % apart, but both within 0.2 % of each other's gain over 1.0
+    near_zero = _conf(2, [SeedRun(1, "ok", None, None, 0.0049),
+                          SeedRun(2, "ok", None, None, 0.0041)])
+    near_zero.search = SeedRun(0, "ok", None, None, 0.0037)
+    assert near_zero.verdict == "fragile", "relative to |best| without a baseline"
+    near_zero.baseline = 1.0
+    assert near_zero.verdict == "confirmed" and near_zero.spread < 0.01
+    lost = _conf(2, [SeedRun(1, "ok", None, None, 0.674), SeedRun(2, "ok", None, None, 0.66)])
+    lost.search, lost.baseline = SeedRun(0, "ok", None, None, 0.132), 1.5708
+    assert lost.verdict == "fragile"
+    assert "of its improvement over the random-guess loss" in lost.fragile_reason
+
+
+def test_a_top_config_worse_than_the_base_config_is_called_out():
+    from sweeps.confirm import BaseReference, Selection
+
+    top = _conf(2, [SeedRun(1, "ok", None, None, 1.0), SeedRun(2, "ok", None, None, 1.1)])
+    base = BaseReference({}, Objective(metric="val_loss"), [
+        SeedRun(0, "ok", None, None, 0.9), SeedRun(1, "ok", None, None, 0.9),
+        SeedRun(2, "ok", None, None, 0.95)])
+    assert "WORSE than your base config" in Selection([top], base).base_warning()
+    base.runs[1].quality = base.runs[2].quality = 1.2
+    assert Selection([top], base).base_warning() is None
+
+
+def test_an_unstable_seed_or_probe_is_fragile():
+    bad = _conf(2, [SeedRun(1, "ok", None, None, 1.0), SeedRun(2, "unstable", "non_finite",
+                                                                 20, None)])
+    assert bad.verdict == "fragile" and "seed 2: non_finite @ 20" in bad.fragile_reason
+    probe = _conf(1, [SeedRun(1, "ok", None, None, 1.0)])
+    probe.probe_planned, probe.probe = True, SeedRun(0, "unstable", "divergence", 40, None)
+    assert probe.verdict == "fragile" and "LR probe unstable: divergence @ 40" in \
+        probe.fragile_reason
+
+
+def test_rank_is_by_fresh_seed_mean_not_the_search_seed():
+    lucky = _conf(2, [SeedRun(1, "ok", None, None, 1.15), SeedRun(2, "ok", None, None, 1.18)])
+    steady = _conf(2, [SeedRun(1, "ok", None, None, 1.08), SeedRun(2, "ok", None, None, 1.1)])
+    steady.search = SeedRun(0, "ok", None, None, 1.09)  # worse on the search seed
+    assert sorted([lucky, steady], key=Confirmation.rank_key) == [steady, lucky]
+
+
+@pytest.fixture(scope="module")
+def fragile_run(tmp_path_factory, ray_session):
+    from tests.conftest import copy_sweepfiles
+
+    folder = copy_sweepfiles(tmp_path_factory.mktemp("fragile"))
+    edit_linreg(folder, name="fragile",
+                search_space={"lr": {"type": "loguniform", "low": 0.01, "high": 0.5}},
+                initial_points=[{"lr": lr} for lr in FRAGILE_LRS + ROBUST_LRS],
+                objectives=[{"metric": "val_loss", "mode": "min"}],
+                budget={"trials": 6, "max_steps": 20, "concurrent": 2, "scheduler": "none"},
+                confirm={"seeds": 2, "lr_probe": 2.0, "keep": 2, "max_candidates": 6},
+                train={"fragile_above": EDGE, "lr": 0.02})  # a modest base config
+    assert run_cli_in(folder, "run", "linreg.yaml", "--quiet") == 0
+    return folder / "results" / "fragile"
+
+
+def test_a_fragile_best_is_never_handed_over(fragile_run, capsys):
+    trials = read_results_csv(fragile_run / "trials.csv")
+    search = trials[trials["role"] == "search"]
+    assert (search["status"] == "ok").all(), "no rule fires in the bad basin"
+    best_search = search.sort_values("objective_val_loss").iloc[0]
+    assert best_search["lr"] > EDGE, "the search seed's best is a fragile config"
+
+    pareto = read_results_csv(fragile_run / "pareto.csv")
+    fragile = pareto[pareto["lr"] > EDGE]
+    assert len(fragile) and (fragile["selection"] == "fragile").all()
+    assert fragile["selection_reason"].str.contains("against seed 0's").all()
+    assert fragile["yaml"].isna().all()
+    held = pareto[pareto["selection"] == "confirmed"]
+    assert len(held) == 2, "confirmation went down the list until confirm.keep held"
+    assert (held["lr"] < EDGE).all()
+    assert list(held["rank"]) == [1, 2]
+    assert held["val_loss_mean"].is_monotonic_increasing, "ranked by fresh-seed mean"
+    for col in ("val_loss@seed0", "val_loss@seed1", "val_loss@seed2"):
+        assert pareto[col].notna().all()
+    row = trials[trials["trial_id"] == held.iloc[0]["trial_id"]].iloc[0]
+    assert row["selection"] == "confirmed" and row["val_loss@seed1"] > 0
+
+    assert main(["best", str(fragile_run)]) == 0
+    best = capsys.readouterr().out.strip()
+    cfg = yaml.safe_load(open(best))
+    assert cfg["train"]["lr"] < EDGE
+    header = [line for line in open(best) if line.startswith("#")]
+    assert any("val_loss by seed: 0 (search):" in line for line in header)
+    assert any("confirmation: stable on 2/2 extra seeds" in line for line in header)
+    assert not any("WARNING" in line for line in header), "better than the base config"
+
+    # what `sweeps best` handed over holds on seeds it has never seen
+    from sweeps.trainer_loader import load_trainer
+
+    train = load_trainer("linreg_trainer:train", [str(fragile_run.parent.parent)])
+    own = float(held.iloc[0]["val_loss@seed0"])
+    for seed in (4, 5, 7):
+        history: list[dict] = []
+        train({**cfg, "sweep": {"seed": seed, "max_steps": 20}},
+                             history.append)
+        assert history[-1]["val_loss"] < own * 1.2, f"fresh seed {seed}"
+
+
+def test_report_shows_every_seed_and_why_a_candidate_was_fragile(fragile_run, capsys):
+    import json
+
+    assert main(["report", str(fragile_run), "--format", "json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["selection"]["confirmed"] == 2 and info["selection"]["fragile"] >= 1
+    assert all("against seed 0's" in why for why in info["fragile"].values())
+    assert info["base"]["by_seed"], "the base config ran on the same seeds"
+    page = (fragile_run / "report.html").read_text()
+    assert "seeds.png" in page and "Candidates on fresh seeds" in page
+    assert (fragile_run / "seeds.png").stat().st_size > 1000
+
+
+def test_a_step_budget_keeps_back_the_confirmation_steps(linreg_dir):
+    from sweeps.spec import load_sweep
+
+    edit_linreg(linreg_dir, budget={"total_steps": 3000, "max_steps": 60},
+                confirm={"seeds": 2, "lr_probe": 2.0, "keep": 3})
+    sweep = load_sweep(linreg_dir / "linreg.yaml", import_trainer=False)
+    # 3 candidates x (2 seeds + 1 probe) + the base config on 3 seeds, 60 steps each
+    assert sweep.confirm_steps == (3 * 3 + 3) * 60
+    assert sweep.search_steps == 3000 - 720
