@@ -58,6 +58,7 @@ class TrialRecord:
     retries: int = 0
     last_seen: float = field(default_factory=time.monotonic)
     finished: bool = False
+    diagnosis: dict[str, Any] | None = None
 
     def set_failure(self, status: str, verdict: Verdict) -> None:
         self.status, self.reason = status, verdict.reason
@@ -70,6 +71,21 @@ class TrialRecord:
     @property
     def failed(self) -> bool:
         return self.status in ("unstable", "crash")
+
+    @property
+    def flagged(self) -> bool:
+        """Failed, or pruned with a diagnosis of the rules: a region the sampler avoids."""
+        return self.failed or self.diagnosis is not None
+
+    def diagnosis_text(self) -> str:
+        """``flat_at_baseline at step 75 (since step 0)``, or "" without a diagnosis."""
+        d = self.diagnosis
+        if not d:
+            return ""
+        evidence = d.get("evidence") or {}
+        since = evidence.get("flat_since_step", evidence.get("since_step"))
+        return f"{d['reason']} at step {d['step']}" + \
+            (f" (since step {since})" if since is not None else "")
 
 
 _BOOKS: dict[str, TrialBook] = {}
@@ -130,6 +146,7 @@ class TrialBook:
                     rec.error = payload.get("error")
                     rec.warnings = list(payload.get("warnings") or [])
                     rec.finished = bool(payload.get("finished"))
+                    rec.diagnosis = payload.get("diagnosis")
             if rec is not None:
                 self.trials[trial_id] = rec
 
@@ -162,7 +179,7 @@ class TrialBook:
         self.journal.write(rec.trial_id, "outcome", {
             "status": rec.status, "reason": rec.reason, "stop_step": rec.stop_step,
             "evidence": rec.evidence, "error": rec.error, "warnings": rec.warnings,
-            "finished": rec.finished})
+            "finished": rec.finished, "diagnosis": rec.diagnosis})
 
     def record(self, trial_id: str, result: Mapping[str, Any]) -> TrialRecord:
         """Take one result; judge it with the rules unless the trial already judged itself."""
@@ -228,6 +245,8 @@ class TrialBook:
                     "error": "the trial's worker failed (see Ray's error file)"}))
             else:
                 rec.status = "pruned"
+                verdict = rules.diagnose(rec.history, trial_settings(self.sweep, rec.values))
+                rec.diagnosis = verdict.to_dict() if verdict is not None else None
         rec.finished = True
         self._save_outcome(rec)
         self.journal.close(trial_id)
@@ -246,10 +265,10 @@ class TrialBook:
         raw = self.objective_values(rec, objs)
         out: list[float] = []
         for i, (obj, value) in enumerate(zip(objs, raw, strict=True)):
-            if obj.metric == "instability" and rec.failed:
+            if obj.metric == "instability" and rec.flagged:
                 out.append(max(objectives.FAILED_INSTABILITY, value or 0.0))
                 continue
-            if rec.failed or value is None:
+            if rec.flagged or value is None:
                 out.append(self._worst(obj, i, value))
             else:
                 out.append(value)

@@ -14,6 +14,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from sweeps.audit import add_commands as add_audit_commands
 from sweeps.cluster.jobs import add_commands as add_cluster_commands
 from sweeps.cluster.slurm import add_commands as add_slurm_commands
 from sweeps.errors import PreflightFailed, SpecError
@@ -108,10 +109,13 @@ def cmd_stability(args: argparse.Namespace) -> int:
             raise SpecError("--and", f"{args.and_!r} is not NAME=v1,v2",
                             "write e.g. --and grad_clip=0,1,5")
         second = (name.strip(), stability.parse_values(rest))
-    if not args.no_preflight:
-        sweep = preflight(sweep)
-    result = run_stability(sweep, args.param, values, seeds=args.seeds, second=second,
-                           address=args.address, progress=not args.quiet)
+    from sweeps.folder_lock import claim
+
+    with claim(sweep.output_dir, "stability"):  # held from the preflight to the last file
+        if not args.no_preflight:
+            sweep = preflight(sweep)
+        result = run_stability(sweep, args.param, values, seeds=args.seeds, second=second,
+                               address=args.address, progress=not args.quiet)
     shown = result.table if result.display is None else result.display
     table = Table(title=f"Stability of '{sweep.name}'")
     for col in shown.columns:
@@ -161,11 +165,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     import json
 
     from sweeps.report import summary, write_report
+    from sweeps.state_check import check_for_report
 
     folder = Path(args.dir)
     if not (folder / "trials.csv").is_file():
         raise SpecError("DIR", f"{folder} holds no finished sweep (no trials.csv)",
                         "give the results folder of a sweep, e.g. results/direction-demo")
+    check_for_report(folder)  # a cut or garbled trials.csv: exit 2 before anything is written
     if args.format == "json":
         print(json.dumps(summary(folder), indent=2, default=str))
         return 0
@@ -226,7 +232,14 @@ def print_outcome(outcome) -> None:
     print_selection(outcome)
     out = sweep.output_dir
     console.print(f"trials: {out / 'trials.csv'}  report: {outcome.report}")
-    console.print(f"MLflow: mlflow ui --backend-store-uri sqlite:///{out / 'mlflow.db'}")
+    tracked = getattr(outcome, "tracking", None)
+    if tracked and tracked.startswith("sqlite:"):
+        console.print(f"MLflow: mlflow ui --backend-store-uri {tracked}", markup=False)
+    elif tracked:
+        console.print(f"MLflow: {tracked} (experiment {sweep.name})", markup=False)
+    else:
+        console.print(f"MLflow: NOT LOGGED ({getattr(outcome, 'tracking_error', None)}); "
+                      f"see {out / 'tracking.txt'}", markup=False)
 
 
 def print_selection(outcome) -> None:
@@ -326,6 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_cluster_commands(sub)
     add_slurm_commands(sub)
+    add_audit_commands(sub)
     return parser
 
 

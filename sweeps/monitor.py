@@ -78,7 +78,11 @@ class Monitor:
         """Metrics for this step. Call after ``backward()``, before clip and ``zero_grad``.
 
         ``pred`` and ``target`` add ``pred_std`` and ``target_std``: the std over
-        the batch, averaged over outputs (the collapse rule compares them).
+        the batch, averaged over outputs (the collapse rule compares them). They are
+        for continuous outputs (regression, directions, embeddings). Class labels
+        (an integer ``target``) get neither: a classifier that collapses onto one
+        class sits at the random-guess loss, which flat_at_baseline catches, while a
+        healthy one predicting mostly the frequent classes early on is no collapse.
         """
         metrics: dict[str, float] = {}
         if loss is not None:
@@ -92,11 +96,18 @@ class Monitor:
             metrics["lr"] = lr
         if self._grad_clip is not None:
             metrics["clipped"] = 1.0 if grad_norm > self._grad_clip else 0.0
+        if target is not None and is_class_labels(target):
+            return metrics
         if pred is not None:
             metrics["pred_std"] = spread(pred)
         if target is not None:
             metrics["target_std"] = spread(target)
         return metrics
+
+
+def is_class_labels(target: torch.Tensor) -> bool:
+    """Whether ``target`` holds class indices (an integer or bool tensor)."""
+    return not (target.is_floating_point() or target.is_complex())
 
 
 def spread(values: torch.Tensor) -> float:

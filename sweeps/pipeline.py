@@ -13,6 +13,7 @@ import pandas as pd
 import yaml
 
 from sweeps import confirm as confirmation
+from sweeps import folder_lock, state_check
 from sweeps.atomic import write_text
 from sweeps.book import TrialBook, TrialRecord, close_books, open_book
 from sweeps.errors import PreflightFailed, SpecError
@@ -23,7 +24,8 @@ from sweeps.runner import run_configs, run_search
 from sweeps.search import fail_interrupted
 from sweeps.select import candidates, pareto_front
 from sweeps.spec import Sweep, load_sweep_dict, read_yaml
-from sweeps.tracking import log_sweep
+from sweeps.tracking import TRACKING_NOTE, log_sweep, redact, scrub
+from sweeps.tracking import tracking_uri as resolve_tracking_uri
 
 
 @dataclass
@@ -39,6 +41,8 @@ class SweepOutcome:
     pareto: pd.DataFrame
     report: Path | None = None
     warnings: list[str] = field(default_factory=list)
+    tracking: str | None = None  # where MLflow has the sweep, or None when tracking failed
+    tracking_error: str | None = None
 
 
 def _stderr(line: str) -> None:
@@ -49,9 +53,10 @@ def preflight(sweep: Sweep, echo: Callable[[str], None] = _stderr) -> Sweep:
     """Run the preflight checks, print and save them; raise if one is an error."""
     from sweeps.preflight import run_preflight, write_findings
 
-    sweep, findings = run_preflight(sweep)
-    sweep.output_dir.mkdir(parents=True, exist_ok=True)
-    write_findings(sweep.output_dir, findings)
+    with folder_lock.claim(sweep.output_dir, "preflight"):
+        sweep, findings = run_preflight(sweep)
+        sweep.output_dir.mkdir(parents=True, exist_ok=True)
+        write_findings(sweep.output_dir, findings)
     for f in findings:
         echo(f"preflight {f.line()}")
     errors = [f for f in findings if f.level == "error"]
@@ -63,13 +68,22 @@ def preflight(sweep: Sweep, echo: Callable[[str], None] = _stderr) -> Sweep:
 
 
 def archive_previous(out: Path) -> Path | None:
-    """Move an earlier run's results aside (``<name>.<timestamp>``) instead of mixing them."""
-    if not ((out / "trials").exists() or (out / "ray").exists()):
-        return None
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    target = out.with_name(f"{out.name}.{stamp}")
-    out.rename(target)
-    return target
+    """Move an earlier run's results aside (``<name>.<timestamp>``) instead of mixing them.
+
+    Takes the folder first (:func:`folder_lock.claim`): a folder another command holds is
+    never renamed (:class:`folder_lock.FolderInUse`), nor is one that is not a sweeps
+    results folder (:class:`folder_lock.ForeignFolder`); both exit 2.
+    """
+    with folder_lock.claim(out, "run"):
+        if not ((out / "trials").exists() or (out / "ray").exists()):
+            return None
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        target = out.with_name(f"{out.name}.{stamp}")
+        n = 1
+        while target.exists() or target.is_symlink():
+            n += 1
+            target = out.with_name(f"{out.name}.{stamp}-{n}")
+        return folder_lock.move_aside(out, target)
 
 
 def save_resolved(sweep: Sweep) -> None:
@@ -88,36 +102,54 @@ def save_resolved(sweep: Sweep) -> None:
 def load_resolved(folder: Path) -> Sweep:
     """The sweep saved in a results folder, with its results going back to that folder."""
     folder = folder.resolve()
-    if not (folder / "sweep.yaml").is_file() or not (folder / "sweep_state.json").is_file():
-        raise SpecError("DIR", f"{folder} holds no sweep to resume (no sweep.yaml and "
-                        "sweep_state.json)", "give the results folder of a sweep, e.g. "
-                        "results/direction-demo")
-    state = json.loads((folder / "sweep_state.json").read_text())
+    _require_sweep(folder)
+    state = state_check.read_sweep_state(folder)
     data = read_yaml(folder / "sweep.yaml", "DIR/sweep.yaml")
     sweep = load_sweep_dict(data, base_dir=Path(state["base_dir"]))
     src = state.get("source")
     return replace(sweep, output_dir=folder, source=Path(src) if src else None)
 
 
+def _require_sweep(folder: Path) -> None:
+    if not (folder / "sweep.yaml").is_file() or not (folder / "sweep_state.json").is_file():
+        owner = folder_lock.in_use(folder)
+        if owner is not None:  # a run that has not written them yet
+            raise folder_lock.FolderInUse(str(folder), f"in use by {owner}",
+                                          "wait for it to finish (or stop it)")
+        raise SpecError("DIR", f"{folder} holds no sweep to resume (no sweep.yaml and "
+                        "sweep_state.json)", "give the results folder of a sweep, e.g. "
+                        "results/direction-demo")
+
+
 def run_sweep(sweep: Sweep, *, address: str | None = None, progress: bool = True,
               tracking_uri: str | None = None, check: bool = True) -> SweepOutcome:
-    """Run ``sweep`` end to end and write everything under ``sweep.output_dir``."""
-    moved = archive_previous(sweep.output_dir)
-    if moved is not None:
-        _stderr(f"note: the previous results of this sweep were moved to {moved}")
-    if check:
-        sweep = preflight(sweep)
-    sweep.output_dir.mkdir(parents=True, exist_ok=True)
-    save_resolved(sweep)
-    return _execute(sweep, address=address, progress=progress, tracking_uri=tracking_uri,
-                    resume=False)
+    """Run ``sweep`` end to end and write everything under ``sweep.output_dir``, which it
+    holds from start to end (a second command on it exits 2)."""
+    with folder_lock.claim(sweep.output_dir, "run"):
+        moved = archive_previous(sweep.output_dir)
+        if moved is not None:
+            _stderr(f"note: the previous results of this sweep were moved to {moved}")
+        state_check.refuse_symlinks(sweep.output_dir)
+        if check:
+            sweep = preflight(sweep)
+        sweep.output_dir.mkdir(parents=True, exist_ok=True)
+        save_resolved(sweep)
+        return _execute(sweep, address=address, progress=progress, tracking_uri=tracking_uri,
+                        resume=False)
 
 
 def resume_sweep(folder: Path, *, address: str | None = None, progress: bool = True,
                  tracking_uri: str | None = None) -> SweepOutcome:
-    """Continue a sweep whose driver died: finished trials are kept, unfinished ones re-run."""
-    return _execute(load_resolved(folder), address=address, progress=progress,
-                    tracking_uri=tracking_uri, resume=True)
+    """Continue a sweep whose driver died: finished trials are kept, unfinished ones re-run.
+
+    The folder is held first, then every state file is checked (torn last lines of the
+    journals cut off, any other damage exit 2) before anything runs."""
+    folder = Path(folder).resolve()
+    _require_sweep(folder)
+    with folder_lock.claim(folder, "resume"):
+        state_check.check_for_resume(folder, echo=_stderr)
+        return _execute(load_resolved(folder), address=address, progress=progress,
+                        tracking_uri=tracking_uri, resume=True)
 
 
 def _execute(sweep: Sweep, *, address: str | None, progress: bool, tracking_uri: str | None,
@@ -148,18 +180,38 @@ def _execute(sweep: Sweep, *, address: str | None, progress: bool, tracking_uri:
 def write_outputs(sweep: Sweep, book: TrialBook, front: list[TrialRecord],
                   chosen: confirmation.Selection, tracking_uri: str | None = None
                   ) -> SweepOutcome:
-    """trials.csv, pareto.csv, stable/, per-trial histories, MLflow and the report."""
+    """In order of value: trials.csv, per-trial histories, pareto.csv and stable/, the
+    report, then MLflow. A tracking failure is a warning and a note (tracking.txt), never
+    the end of the sweep: everything before it is written by then."""
     out = sweep.output_dir
     trials = trials_frame(sweep, book, chosen)
     write_csv(out / "trials.csv", trials)
     write_histories(out / "trials", book)
     pareto, paths = write_front(sweep, book, chosen)
+    report = write_report(out, sweep.name, [o.metric for o in sweep.objectives])
     tags = {c.trial_id: {"sweeps.selection": c.verdict,
                          "sweeps.selection_reason": (c.fragile_reason or "")[:500]}
             for c in chosen.candidates}
     for rank, conf in enumerate(chosen.handed_over, start=1):
         tags[conf.trial_id]["sweeps.pareto_rank"] = str(rank)
-    log_sweep(sweep, book, tags, tracking_uri)
-    report = write_report(out, sweep.name, [o.metric for o in sweep.objectives])
+    full = resolve_tracking_uri(sweep, tracking_uri)
+    uri, tracked, error = redact(full), None, None
+    try:
+        logged = log_sweep(sweep, book, tags, tracking_uri)
+        tracked = uri
+        note = [f"MLflow: {uri}", f"experiment: {sweep.name}", f"parent run: {logged.run_id}"]
+        note += [f"metric renamed for MLflow: {k!r} -> {v!r}"
+                 for k, v in logged.renamed.items()]
+    except Exception as exc:  # tracking never ends a sweep
+        first = scrub((str(exc).strip().splitlines() or [""])[0][:300], full)
+        error = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+        _stderr(f"warning: MLflow tracking failed ({error}); every other output is written "
+                f"(trials.csv, pareto.csv, stable/, report.html); see {out / TRACKING_NOTE}")
+        note = [f"MLflow: {uri}", f"NOT LOGGED: {error}",
+                "Every other output of the sweep is complete. To log it once the tracking "
+                f"server is back: sweeps resume {out} --tracking-uri URI (runs nothing again, "
+                "rewrites the outputs and logs them)"]
+    write_text(out / TRACKING_NOTE, "\n".join(note) + "\n")
     warnings = [w for w in [chosen.base_warning()] if w]
-    return SweepOutcome(sweep, book, front, chosen, paths, trials, pareto, report, warnings)
+    return SweepOutcome(sweep, book, front, chosen, paths, trials, pareto, report, warnings,
+                        tracking=tracked, tracking_error=error)

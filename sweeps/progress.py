@@ -110,6 +110,8 @@ class ProgressLines(Callback):
         knobs = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
                          for k, v in rec.values.items())
         what = rec.status if not rec.reason else f"{rec.status} ({rec.reason} @ {rec.stop_step})"
+        if rec.diagnosis:
+            what += f" · {rec.diagnosis_text()}"
         count = f"{self.done}/{self.total}" if self.total is not None else self.count()
         return f"[{count}] {rec.trial_id} {what}  {knobs}"
 

@@ -117,6 +117,8 @@ def load(folder: Path, name: str | None = None, objectives: list[str] | None = N
         if col not in trials:
             trials[col] = pd.Series(dtype=object)
     trials["reason"] = trials["reason"].fillna("").astype(str)
+    trials["diagnosis"] = trials["diagnosis"].fillna("").astype(str) \
+        if "diagnosis" in trials else ""
     trials["status"] = trials["status"].fillna("").astype(str)
     trials["role"] = trials["role"].fillna("search").astype(str)
     trials["trial_id"] = trials["trial_id"].astype(str)
@@ -163,21 +165,36 @@ def _knob_stats(values: pd.Series, categorical: bool) -> dict[str, Any]:
             "max": _plain(present.max())}
 
 
+def _labels(trials: pd.DataFrame) -> pd.Series:
+    """A trial's failure label: its reason, or ``pruned · <rule>`` for a pruned trial the
+    rules diagnosed (the rule is the diagnosis's first word), else ""."""
+    diagnosed = (trials["status"] == "pruned") & (trials["diagnosis"] != "")
+    rule = trials["diagnosis"].str.split(" ").str[0]
+    return trials["reason"].where(~diagnosed, "pruned · " + rule)
+
+
 def taxonomy(res: Results) -> list[dict[str, Any]]:
-    """Failure reasons among search trials, most common first, with the settings behind them."""
-    failed = res.search[res.search["reason"] != ""]
+    """Failure reasons among search trials, most common first, with the settings behind
+    them; pruned trials the rules diagnosed come after, as ``pruned · <rule>``."""
+    search = res.search.assign(label=_labels(res.search))
+    failed = search[search["label"] != ""]
     rerun = res.reruns[res.reruns["reason"] != ""]["reason"].value_counts()
     out = []
-    for reason, count in failed["reason"].value_counts().items():
-        part = failed[failed["reason"] == reason]
+    counts = failed["label"].value_counts()
+    order = [k for k in counts.index if not k.startswith("pruned")] + \
+        [k for k in counts.index if k.startswith("pruned")]
+    for reason in order:
+        part = failed[failed["label"] == reason]
         stop = pd.to_numeric(part["stop_step"], errors="coerce")
-        out.append({"reason": reason, "trials": int(count),
+        if stop.isna().all():  # pruned: the step its history ends at
+            stop = pd.to_numeric(part["steps"], errors="coerce")
+        out.append({"reason": reason, "trials": int(counts[reason]),
                     "in_reruns": int(rerun.get(reason, 0)),
                     "status": part["status"].mode().iloc[0],
                     "stop_step": _knob_stats(stop, False),
                     "knobs": {k: _knob_stats(part[k], k in res.categorical) for k in res.knobs}})
     for reason, count in rerun.items():
-        if reason not in set(failed["reason"]):
+        if reason not in set(failed["label"]):
             out.append({"reason": reason, "trials": 0, "in_reruns": int(count),
                         "status": "", "stop_step": {}, "knobs": {}})
     return out
@@ -201,7 +218,10 @@ def summary_of(res: Results) -> dict[str, Any]:
         "search_trials": int(len(res.search)),
         "counts": {k: int(v) for k, v in res.search["status"].value_counts().items()},
         "rerun_counts": {k: int(v) for k, v in res.reruns["status"].value_counts().items()},
-        "failures": {t["reason"]: t["trials"] for t in tax if t["trials"]},
+        "failures": {t["reason"]: t["trials"] for t in tax
+                     if t["trials"] and not t["reason"].startswith("pruned")},
+        "diagnoses": {t["reason"].removeprefix("pruned · "): t["trials"] for t in tax
+                      if t["reason"].startswith("pruned")},
         "taxonomy": tax,
         "front": front,
         "selection": {k: int(v) for k, v in res.pareto.get(
@@ -510,6 +530,25 @@ def _taxonomy_html(res: Results, folder: Path) -> str:
             + table(pd.DataFrame(rows), folder))
 
 
+def _audit_html(res: Results, folder: Path) -> str:
+    """A "Rule audit" section when ``sweeps audit`` left audit.csv here, else ''."""
+    from sweeps.audit import per_rule, stopped_trials
+
+    rows = _csv(folder / "audit.csv")
+    if not {"reason", "outcome"} <= set(rows.columns) or not len(rows):
+        return ""
+    rows["reason"] = rows["reason"].astype(str)
+    stopped = stopped_trials(res.trials, pruned=True)
+    rules = per_rule(rows, stopped)
+    for col in ("precision", "failed_share"):
+        rules[col] = [f"{100 * v:.0f} %" for v in rules[col]]
+    return ("<h2 id=audit>Rule audit</h2><p class=muted>Stopped trials re-run to full length "
+            "with the rules only watching (<code>sweeps audit</code>): recovered = within "
+            "the margin of the best ok trial, failed = non-finite, crashed, at the baseline or "
+            "worse than its start; precision = 1 − recovered / audited. Details: "
+            f"{_link('audit.md', 'audit.md')}.</p>" + table(rules, folder, sortable=False))
+
+
 def write_report(folder: Path, name: str, objectives: list[str],
                  pairs: list[tuple[str, str]] | None = None) -> Path:
     """Write ``folder/report.html`` and its plots; ``pairs``: extra stability-map knob pairs."""
@@ -545,6 +584,7 @@ def write_report(folder: Path, name: str, objectives: list[str],
         _images(figs["curves"], "No metric histories (trials/) for failed or front trials."),
         "<h2 id=taxonomy>Failure taxonomy</h2>",
         _taxonomy_html(res, folder),
+        _audit_html(res, folder),
         "<h2 id=trials>All trials</h2><p class=muted>Click a column header to sort.</p>",
         table(res.trials, folder) if len(res.trials) else "<p>No trials.</p>",
     ]

@@ -4,7 +4,8 @@ It records each metrics dict, runs the instability rules on the history and
 forwards the metrics (with the trial's status) to a sink: Ray Tune in a sweep,
 the terminal in ``sweeps try``. When a rule fires it raises
 :class:`TrialStopped` out of ``report`` so the trainer's loop ends on that very
-step, even in a trainer that only calls ``report``.
+step, even in a trainer that only calls ``report``. With ``observe=True`` (``sweeps
+audit``) it only records the first verdict and never stops the trainer.
 """
 
 from __future__ import annotations
@@ -60,12 +61,18 @@ class TrialReporter:
         settings: rule thresholds for this trial.
         sink: receives each result dict (metrics plus the ``sweeps/*`` keys).
         clock: time source, for the measured ``step_time`` fallback.
+        observe: only watch: keep the first verdict in ``verdict`` (its report carries the
+            ``sweeps/reason`` and ``sweeps/stop_step`` keys, its status stays ``running``)
+            but never raise :class:`TrialStopped`, so the trainer runs to its end. Used by
+            ``sweeps audit`` to see what a stopped trial would have become.
     """
 
     def __init__(self, settings: RuleSettings, sink: Callable[[dict[str, Any]], None],
                  clock: Callable[[], float] = time.perf_counter,
-                 checkpoint_sink: Callable[[dict[str, Any], Any], None] | None = None) -> None:
+                 checkpoint_sink: Callable[[dict[str, Any], Any], None] | None = None,
+                 observe: bool = False) -> None:
         self.settings = settings
+        self.observe = observe
         self.history: list[dict[str, Any]] = []
         self.verdict: Verdict | None = None
         self.warnings: list[dict[str, Any]] = []
@@ -78,7 +85,7 @@ class TrialReporter:
     def __call__(self, metrics: Mapping[str, Any], checkpoint: Any = None) -> None:
         """Record, judge and forward one report; ``checkpoint`` is optional trainer state
         (anything ``torch.save`` takes) that a retried trial gets back."""
-        if self.verdict is not None:
+        if self.verdict is not None and not self.observe:
             raise TrialStopped(self.verdict)
         now = self._clock()
         entry = {str(k): _number(v) for k, v in metrics.items()}
@@ -91,7 +98,8 @@ class TrialReporter:
             entry["step_time"] = (now - self._last_time) / steps
         self._last_time, self._last_step = now, entry["step"]
         self.history.append(entry)
-        verdict = rules.evaluate(self.history, self.settings)
+        observed = self.observe and self.verdict is not None  # only the first one counts
+        verdict = None if observed else rules.evaluate(self.history, self.settings)
         result = dict(entry)
         result[STATUS] = "running"
         found = rules.warnings(self.history, self.settings)
@@ -100,12 +108,13 @@ class TrialReporter:
             result[WARNING] = "; ".join(f"{w['warning']} at step {w['step']}" for w in found)
         if verdict is not None:
             self.verdict = verdict
-            result.update(unstable_fields(verdict))
+            result.update(unstable_fields(verdict, status="running" if self.observe
+                                          else "unstable"))
         if checkpoint is not None and self._checkpoint_sink is not None and verdict is None:
             self._checkpoint_sink(result, checkpoint)
         else:
             self._sink(result)
-        if verdict is not None:
+        if verdict is not None and not self.observe:
             raise TrialStopped(verdict)
 
 

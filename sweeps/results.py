@@ -28,10 +28,11 @@ def trial_row(sweep: Sweep, book: TrialBook, rec: TrialRecord) -> dict[str, Any]
     row.update({k: rec.values.get(k) for k in sweep.space})
     for obj, value in zip(sweep.objectives, book.objective_values(rec, sweep.objectives),
                           strict=True):
-        if obj.metric == "instability" and rec.failed:
+        if obj.metric == "instability" and rec.flagged:
             value = max(objectives.FAILED_INSTABILITY, value or 0.0)  # as told to Optuna
         row[f"objective_{obj.metric}"] = value
     row.update(objectives.summary(rec.history))
+    row["diagnosis"] = rec.diagnosis_text()
     row["evidence"] = json.dumps(rec.evidence, default=str) if rec.evidence else ""
     row["warnings"] = "; ".join(rec.warnings)
     return row

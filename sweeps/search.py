@@ -6,8 +6,11 @@ turns a NaN into FAIL, from which TPE learns nothing. Here every trial is
 told what it was: a finished trial its objective values; an unstable or
 crashed one penalised values (worse than every finished trial) *and* a
 violated constraint, so TPE ranks it below all feasible trials; a trial ASHA
-stopped is told PRUNED. The trial's status, reason and stop step are kept as
-user attributes, so ``optuna.load_study`` shows why each trial failed.
+stopped is told PRUNED, unless the rules diagnose a failure in what it ran (flat
+at the baseline, collapsed, diverging: ``rules.diagnose``), in which case it is
+told like an unstable trial, so TPE learns that region is bad rather than merely
+slow. The trial's status, reason, stop step and diagnosis are kept as user
+attributes, so ``optuna.load_study`` shows why each trial failed.
 """
 
 from __future__ import annotations
@@ -128,12 +131,14 @@ class StabilityAwareSearch(OptunaSearch):
             return
         ot_trial.set_user_attr("ray_trial_id", trial_id)
         ot_trial.set_user_attr("status", rec.status)
-        ot_trial.set_constraint(CONSTRAINT, 1.0 if rec.failed else 0.0)
+        ot_trial.set_constraint(CONSTRAINT, 1.0 if rec.flagged else 0.0)
         if rec.reason:
             ot_trial.set_user_attr("reason", rec.reason)
             ot_trial.set_user_attr("stop_step", rec.stop_step)
             ot_trial.set_user_attr("evidence", json.dumps(rec.evidence, default=str)[:2000])
-        if rec.status == "pruned":
+        if rec.diagnosis:
+            ot_trial.set_user_attr("diagnosis", rec.diagnosis_text())
+        if rec.status == "pruned" and not rec.flagged:
             self._ot_study.tell(ot_trial, state=optuna.trial.TrialState.PRUNED)
         else:
             values = self.book.penalised_values(rec, self.objectives)

@@ -143,10 +143,14 @@ class Cell:
 
 
 def _decreased(losses: list[float]) -> bool:
+    """The last tenth's mean below DECREASE x the start: the lower of the first loss and
+    the first tenth's mean, so an explosion early in the run that partly recovers does
+    not count as progress."""
     if len(losses) < 4:
         return False
     k = max(1, len(losses) // 10)
-    return statistics.fmean(losses[-k:]) < DECREASE * statistics.fmean(losses[:k])
+    start = min(losses[0], statistics.fmean(losses[:k]))
+    return statistics.fmean(losses[-k:]) < DECREASE * start
 
 
 def cells(book: TrialBook, param: str, second: str | None) -> list[Cell]:

@@ -79,3 +79,18 @@ def test_non_finite_grads_are_counted_and_dead_params_found():
     assert metrics["dead_params"] == 2
     assert metrics["pred_std"] == 0.0 and metrics["target_std"] > 1
     assert "lr" not in metrics
+
+
+def test_class_labels_get_no_collapse_spread():
+    model = torch.nn.Linear(4, 10)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    monitor = Monitor(model, opt)
+    x, labels = torch.randn(32, 4), torch.randint(0, 10, (32,))
+    logits = model(x)
+    loss = torch.nn.functional.cross_entropy(logits, labels)
+    loss.backward()
+    metrics = monitor.measure(loss, pred=logits, target=labels)
+    assert "pred_std" not in metrics and "target_std" not in metrics
+    assert metrics["grad_norm"] > 0
+    regression = monitor.measure(loss, pred=logits, target=torch.randn(32, 10))
+    assert regression["target_std"] > 0 and "pred_std" in regression

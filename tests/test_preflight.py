@@ -78,3 +78,21 @@ def test_compile_modes_that_cannot_work_are_dropped(monkeypatch):
     usable, findings = check_modes(["none", "default"], gpu_requested=False)
     assert usable == ["none"]
     assert "InvalidCxxCompiler" in findings[0].message
+
+
+def test_a_schedule_floor_above_the_low_end_of_the_lr_range_is_flagged(linreg_dir,
+                                                                        monkeypatch):
+    monkeypatch.chdir(linreg_dir)
+    _edit(linreg_dir, min_lr=0.01)  # an absolute floor: lr 1e-3 would train at 1e-2
+    _, findings = run_preflight(load_sweep("hooked.yaml"))
+    errors = [f for f in findings if f.level == "error"]
+    assert errors and all("lr=0.001" in f.message for f in errors)
+    assert "peaks at 0.01" in errors[0].message
+
+
+def test_preflight_says_which_schedule_checks_ran(linreg_dir, monkeypatch):
+    monkeypatch.chdir(linreg_dir)
+    _, findings = run_preflight(load_sweep("hooked.yaml"))
+    ran = [f for f in findings if f.check == "schedule" and f.level == "info"]
+    assert len(ran) == 1 and "6 knob settings" in ran[0].message
+    assert "lr=0.001, warmup=0" in ran[0].message and "lr=0.1, warmup=10" in ran[0].message

@@ -98,7 +98,7 @@ def test_missing_loss_nan_and_val_only_reports_are_not_judged():
     assert check(losses(rising), S) is not None
     assert check(losses(rising) + [{"step": 80, "val_loss": 1.0}], S) is None
     assert check([{"step": t, "val_loss": v} for t, v in enumerate(rising)], S) is None
-    assert check(losses(rising[:30]), S) is None  # too short to judge
+    assert check(losses(rising[:5]), S) is None  # too short to judge
     with_nans = losses(rising)
     for report in with_nans[::7]:
         report["loss"] = math.nan
@@ -110,3 +110,39 @@ def test_missing_loss_nan_and_val_only_reports_are_not_judged():
 def test_a_rising_negative_loss_has_no_ratio_and_is_not_judged():
     values = -10.0 + 0.1 * np.arange(90)  # e.g. a negative log-likelihood, rising to -1
     assert first_firing(losses(values)) is None
+
+
+def test_an_explosion_on_step_2_is_caught_on_that_report():
+    # a character-level GPT at lr 3 without clipping: ln 97 = 4.575 -> 217.6 at step 2
+    values = [4.47, 217.6, 350.0, 504.0, 420.0, 300.0, 200.0, 120.0, 80.0, 40.0]
+    for settings in (S, RuleSettings(baseline_loss=4.575)):
+        verdict = first_firing(losses(values), settings)
+        assert verdict.step == 1 and verdict.evidence["kind"] == "explosion"
+
+
+def test_a_loss_50x_the_baseline_is_stopped_on_the_report_that_shows_it():
+    values = [1.0] * 300 + [50.0]
+    verdict = check(losses(values), RuleSettings(baseline_loss=1.0))
+    assert verdict.step == 300 and verdict.evidence["reference_kind"] == "baseline"
+
+
+def test_a_loss_that_doubles_within_a_few_reports_is_stopped_then():
+    values = [1.0 * 1.3**t for t in range(40)]  # 2x by the 3rd report, then on
+    verdict = first_firing(losses(values))
+    assert verdict is not None and verdict.step <= 8
+    assert verdict.evidence.get("kind") != "explosion"
+
+
+def test_a_short_early_bump_that_settles_is_not_divergence():
+    values = [1.0, 1.4, 1.6, 1.5, 1.2, 1.0, 0.9, 0.8] + [0.7 - 0.001 * t for t in range(200)]
+    assert first_firing(losses(values)) is None
+
+
+def test_a_negative_log_likelihood_that_gives_back_its_fall_diverges():
+    # vMF-like: starts at 2.5, falls below zero, then climbs back past its start
+    fall = list(2.5 - 3.5 * (1 - np.exp(-np.arange(150) / 30)))
+    climb = [fall[-1] + 0.05 * k for k in range(1, 120)]
+    verdict = first_firing(losses(fall + climb))
+    assert verdict is not None and verdict.evidence["reference_kind"] == "fall_from_start"
+    assert verdict.step < 150 + 100, "caught before it is back near its start level"
+    assert first_firing(losses(fall + [fall[-1]] * 100)) is None  # settled below zero

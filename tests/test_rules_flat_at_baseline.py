@@ -35,8 +35,10 @@ def test_fires_exactly_when_the_patience_window_is_full(seed):
     history = losses(noisy_baseline(400, seed))
     assert check(history[:100], S) is None  # steps 0..99: only 99 steps of flatness
     verdict = first_firing(history)
-    assert verdict.step == 100
-    assert verdict.evidence["flat_since_step"] == 0
+    # a chance downward trend in the noise can delay it a few steps
+    assert 100 <= verdict.step <= 110
+    assert verdict.evidence["flat_since_step"] == verdict.step - 100
+    assert first_firing(losses([B] * 200)).step == 100
     assert verdict.evidence["baseline"] == B
     assert verdict.evidence["max_relative_deviation"] <= 0.05
 
@@ -49,7 +51,30 @@ def test_patience_counts_steps_not_reports():
 
 def test_patience_counts_after_warmup():
     s = RuleSettings(baseline_loss=B, warmup_steps=30)
-    assert first_firing(losses(noisy_baseline(400)), s).step == 130
+    assert first_firing(losses([B] * 400), s).step == 130
+    # with noise, a chance downward trend in the window can delay the verdict a little
+    assert 130 <= first_firing(losses(noisy_baseline(400)), s).step <= 230
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_slow_learner_inside_the_band_is_not_stuck(seed):
+    # leaves the random-guess loss at once and keeps falling: 3 % below it at step 60,
+    # still inside a 5 % band, 35 % below by step 300; batch noise 3 % of the baseline
+    t = np.arange(300)
+    values = B * (1 - 0.35 * (t / 300) ** 1.5) + \
+        0.05 * np.random.default_rng(seed).standard_normal(300)
+    slow = RuleSettings(baseline_loss=B, flat_patience=60)
+    assert first_firing(losses(values), slow) is None
+    # ...and a slower one, 3 % below it at step 100 and 10 % by step 300
+    values = B * (1 - 0.1 * t / 300) + 0.05 * np.random.default_rng(seed).standard_normal(300)
+    assert first_firing(losses(values)) is None
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_stuck_loss_is_caught_soon_after_the_patience(seed):
+    verdict = first_firing(losses(noisy_baseline(400, seed)))
+    assert verdict is not None and verdict.step <= 200  # within one more patience window
+    assert abs(verdict.evidence["progress"]) < 0.01
 
 
 @pytest.mark.parametrize(("offset", "fires"), [(0.049, True), (-0.049, True), (0.051, False)])

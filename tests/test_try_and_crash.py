@@ -24,7 +24,8 @@ def test_try_reports_the_verdict_of_an_unstable_run(linreg_dir, capsys, monkeypa
     monkeypatch.chdir(linreg_dir)
     assert main(["try", "linreg.yaml", "--set", "lr=20"]) == 1
     out = capsys.readouterr().out
-    assert "stopped" in out and ("grad_blowup" in out or "non_finite" in out)
+    # linreg at lr 20 multiplies its loss ~10x on step 2: an explosion, stopped there
+    assert "stopped" in out and "divergence at step 2" in out and "explosion" in out
 
 
 def test_try_compiles_with_the_shared_inductor_cache(linreg_dir, capsys, monkeypatch):

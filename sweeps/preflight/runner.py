@@ -10,7 +10,7 @@ from sweeps.preflight.compile_check import check_modes
 from sweeps.preflight.findings import Finding
 from sweeps.preflight.input_check import check_batch
 from sweeps.preflight.schedule_check import check_curve, lr_curve
-from sweeps.space import Categorical, Fixed, IntRange, central_value
+from sweeps.space import Categorical, Fixed, IntRange, LogUniform, Uniform, central_value
 from sweeps.spec import Sweep
 from sweeps.trainable import trial_settings
 from sweeps.trainer_loader import load_trainer
@@ -27,14 +27,19 @@ def _hook(sweep: Sweep, target: str | None, name: str, key: str) -> Any:
 
 
 def _representative(sweep: Sweep) -> list[dict[str, Any]]:
-    """Knob values to check hooks with: range middles, and each end of a searched warmup."""
+    """Knob values to check hooks with: range middles; both ends and the middle of a
+    searched lr (a schedule with an absolute floor or peak can climb past a low lr),
+    each with both ends of a searched warmup."""
     values = {name: central_value(k) for name, k in sweep.space.items()}
     if "compile" in values:
         values["compile"] = "none"
     out = [values]
+    lr = sweep.space.get("lr")
+    if isinstance(lr, (LogUniform, Uniform)):
+        out = [{**values, "lr": v} for v in (lr.low, values["lr"], lr.high)]
     warmup = sweep.space.get("warmup")
     if isinstance(warmup, IntRange):
-        out = [{**values, "warmup": warmup.low}, {**values, "warmup": warmup.high}]
+        out = [{**v, "warmup": w} for v in out for w in (warmup.low, warmup.high)]
     return out
 
 
@@ -64,8 +69,7 @@ def run_preflight(sweep: Sweep) -> tuple[Sweep, list[Finding]]:
     batch = _hook(sweep, sweep.spec.preflight.batch, BATCH_HOOK, "preflight.batch")
     for values in _representative(sweep):
         config = sweep.trial_config(values, trial_id="preflight", seed=sweep.spec.seed)
-        label = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                          for k, v in values.items() if k in ("lr", "warmup"))
+        label = _label(values)
         if sched is not None and "lr" in values:
             try:
                 lrs = lr_curve(sched, config, float(values["lr"]), steps)
@@ -75,6 +79,11 @@ def run_preflight(sweep: Sweep) -> tuple[Sweep, list[Finding]]:
             else:
                 findings.extend(check_curve(lrs, float(values["lr"]),
                                             trial_settings(sweep, values), label or "config"))
+    checked = [v for v in _representative(sweep) if "lr" in v] if sched is not None else []
+    if checked and not any(f.check in ("schedule", "hooks") for f in findings):
+        findings.append(Finding("schedule", "info", f"the LR schedule is sane over "
+                                f"{steps} steps at {len(checked)} knob settings: "
+                                + "; ".join(_label(v) for v in checked)))
     if sched is None:
         findings.append(Finding("schedule", "info", "the LR schedule was not checked: the "
                                 f"trainer module has no {SCHEDULER_HOOK}(config, optimizer)",
@@ -96,6 +105,11 @@ def run_preflight(sweep: Sweep) -> tuple[Sweep, list[Finding]]:
                                 f"trainer module has no {BATCH_HOOK}(config)",
                                 "add the hook (README, Preflight) to have it checked"))
     return sweep, _dedupe(findings)
+
+
+def _label(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                     for k, v in values.items() if k in ("lr", "warmup"))
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:

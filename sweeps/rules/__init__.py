@@ -30,6 +30,7 @@ from sweeps.rules import (
     lr_anomaly,
     non_finite,
 )
+from sweeps.rules._history import newest_step, step_of
 from sweeps.rules.settings import CHECK_NAMES, RULE_NAMES, WARNING_NAMES, RuleSettings
 from sweeps.rules.verdict import REASONS, Verdict
 
@@ -76,6 +77,36 @@ def evaluate(history: History, settings: RuleSettings | None = None) -> Verdict 
     return None
 
 
+#: Fewest steps and reports a history needs before :func:`diagnose` judges it.
+DIAGNOSE_MIN_STEPS, DIAGNOSE_MIN_REPORTS = 20, 10
+
+
+def diagnose(history: History, settings: RuleSettings | None = None) -> Verdict | None:
+    """What the rules see in a history that ended before their windows closed (a trial the
+    scheduler pruned): :func:`evaluate` with every patience shortened to what the history
+    covers, and collapse judged from the end of warmup. A diagnosis, not a stop: it says
+    why a pruned trial trailed (e.g. flat at the baseline since step 0).
+
+    Example:
+        >>> flat = [{"step": s, "loss": 1.5708} for s in range(60)]
+        >>> diagnose(flat, RuleSettings(baseline_loss=1.5708)).reason
+        'flat_at_baseline'
+    """
+    settings = settings or _DEFAULTS
+    verdict = evaluate(history, settings)
+    if verdict is not None or len(history) < DIAGNOSE_MIN_REPORTS:
+        return verdict
+    steps = newest_step(history) - max(step_of(history[0], 0), settings.warmup_steps)
+    if steps < DIAGNOSE_MIN_STEPS:
+        return None
+    short = settings.model_copy(update={
+        "flat_patience": min(settings.flat_patience, steps),
+        "collapse_patience": min(settings.collapse_patience, len(history) // 2),
+        "collapse_min_step": min(settings.collapse_min_step, settings.warmup_steps),
+    })
+    return evaluate(history, short)
+
+
 def warnings(history: History, settings: RuleSettings | None = None) -> list[dict[str, Any]]:
     """The enabled warning-level checks that start to hold at the newest report, as
     ``{"warning": name, "step": step, "evidence": {...}}`` dicts. Each warning comes
@@ -103,6 +134,7 @@ __all__ = [
     "Verdict",
     "WARNINGS",
     "WARNING_NAMES",
+    "diagnose",
     "evaluate",
     "warnings",
 ]

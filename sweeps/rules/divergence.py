@@ -20,16 +20,29 @@ from sweeps.rules.verdict import Verdict
 RISING_SHARE = 0.75
 #: The rise must also exceed this many standard deviations of the smoothed loss's noise.
 NOISE_Z = 8.0
+#: Fewest finite losses a climb is judged on (windows shrink to fit fewer than the settings').
+MIN_REPORTS = 6
 
 
 def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdict | None:
-    """Fail when the smoothed loss (mean of the last ``smoothing`` finite losses) is
+    """Fail on an explosion at once, or on a loss that climbs and keeps climbing.
+
+    **Explosion** (no history needed): the newest loss is at least ``explosion_factor``
+    x ``baseline_loss`` (when set), or x the run's first loss (when positive) within the
+    run's first ``MIN_REPORTS`` losses.
+
+    **Climb:** the smoothed loss (mean of the last ``smoothing`` finite losses) is
 
     * rising: higher than ``divergence_patience`` reports ago, and higher than on the
-      report before on at least 3/4 of those reports; and
+      report before on at least 3/4 of those reports; with fewer reports than
+      ``smoothing + divergence_patience`` (at least 6), both shrink in proportion, so a
+      run that doubles its loss within a few reports is stopped then;
     * over ``divergence_ratio`` x the reference: the lowest of the smallest smoothed
-      loss in the window, the smoothed loss at the start of the run (its first
-      ``smoothing`` losses) and ``baseline_loss`` when set. References <= 0 are ignored;
+      loss in the window, the smoothed loss at the start of the run and
+      ``baseline_loss`` when set. A loss that has fallen to or below zero (a negative
+      log-likelihood) is judged by what it gave back instead: it fails once it has
+      risen ``divergence_ratio - 1`` times its fall from the run's start above its
+      lowest point;
     * above the reference by more than ``NOISE_Z`` (8) standard deviations of the
       smoothed loss's noise (estimated from successive differences in the window), so
       a very noisy loss is not read as a climb.
@@ -45,11 +58,14 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
     newest = finite_num(history[-1], "loss") if n else None
     if newest is None:
         return None
-    span, patience = settings.smoothing, settings.divergence_patience
+    exploded = _explosion(history, newest, settings)
+    if exploded is not None:
+        return exploded
     first = max(0, n - settings.window)
-    recent = newest_finite(history, "loss", first, span + patience)[::-1]
-    if len(recent) < span + patience:
+    span, patience = _windows(len(newest_finite(history, "loss", first, n)), settings)
+    if span == 0:
         return None
+    recent = newest_finite(history, "loss", first, span + patience)[::-1]
     smoothed = _rolling_mean(recent, span)
     now, before = smoothed[-1], smoothed[0]
     rises = sum(1 for a, b in zip(smoothed[:-1], smoothed[1:], strict=True) if b > a)
@@ -57,29 +73,71 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
         return None
     values = newest_finite(history, "loss", first, n)[::-1]
     noise = _noise(values) / math.sqrt(span)
-    references = {
-        "window_min": min(_rolling_mean(values, span)),
-        "run_start": _first_mean(history, min(n, settings.window), span),
-        "baseline": settings.baseline_loss,
-    }
-    usable = {k: v for k, v in references.items() if v is not None and v > 0}
-    if not usable:
-        return None
-    kind = min(usable, key=usable.__getitem__)
-    reference = usable[kind]
-    if now <= settings.divergence_ratio * reference or now - reference <= NOISE_Z * noise:
+    start = _first_mean(history, min(n, settings.window), span)
+    low = min(_rolling_mean(values, span))
+    limit, reference, kind = _limit(low, start, settings)
+    if limit is None or now <= limit or now - reference <= NOISE_Z * noise:
         return None
     evidence = {
         "smoothed_loss": now,
         "reference": reference,
         "reference_kind": kind,
-        "ratio": now / reference,
+        "limit": limit,
+        "ratio": now / reference if reference > 0 else None,
         "threshold": settings.divergence_ratio,
         "noise": noise,
         "rising_reports": rises,
         "patience": patience,
     }
     return Verdict("divergence", newest_step(history), evidence)
+
+
+def _windows(available: int, settings: RuleSettings) -> tuple[int, int]:
+    """(smoothing, patience) for ``available`` finite losses: the settings', or both
+    shrunk in proportion for a short history (0, 0 below ``MIN_REPORTS``)."""
+    span, patience = settings.smoothing, settings.divergence_patience
+    if available >= span + patience:
+        return span, patience
+    if available < MIN_REPORTS:
+        return 0, 0
+    short_span = max(1, round(available * span / (span + patience)))
+    return short_span, max(2, available - short_span)
+
+
+def _limit(low: float, start: float | None,
+           settings: RuleSettings) -> tuple[float | None, float, str]:
+    """(the smoothed loss above which the run diverges, its reference, the reference's
+    kind). Positive references: ``divergence_ratio`` x the lowest of them; a loss that
+    fell to or below zero: its lowest point plus ``divergence_ratio - 1`` times its fall
+    from the start."""
+    ratio = settings.divergence_ratio
+    if low <= 0:
+        if start is None or start <= low:
+            return None, low, "window_min"
+        return low + (ratio - 1) * (start - low), low, "fall_from_start"
+    references = {"window_min": low, "run_start": start, "baseline": settings.baseline_loss}
+    usable = {k: v for k, v in references.items() if v is not None and v > 0}
+    kind = min(usable, key=usable.__getitem__)
+    return ratio * usable[kind], usable[kind], kind
+
+
+def _explosion(history: Sequence[Mapping[str, Any]], newest: float,
+               settings: RuleSettings) -> Verdict | None:
+    """The newest loss ``explosion_factor`` x the baseline, or x the run's first loss while
+    the run is younger than ``MIN_REPORTS`` losses (later the climb test and loss_spike,
+    which judge against the recent history, take over)."""
+    factor = settings.explosion_factor
+    if factor is None:
+        return None
+    early = newest_finite(history, "loss", 0, MIN_REPORTS + 1)
+    first = early[-1] if 1 < len(early) <= MIN_REPORTS else None
+    references = {"baseline": settings.baseline_loss, "run_start": first}
+    for kind, reference in references.items():
+        if reference is not None and reference > 0 and newest >= factor * reference:
+            return Verdict("divergence", newest_step(history), {
+                "loss": newest, "reference": reference, "reference_kind": kind,
+                "ratio": newest / reference, "threshold": factor, "kind": "explosion"})
+    return None
 
 
 def _first_mean(history: Sequence[Mapping[str, Any]], stop: int, span: int) -> float | None:

@@ -1,4 +1,5 @@
-"""flat_at_baseline: the loss sits at the random-prediction level for a whole patience window.
+"""flat_at_baseline: the loss sits at the random-prediction level for a whole patience window,
+making no progress.
 
 The optimisation is stuck (LR too low, dead network, labels not reaching the loss):
 an angular loss flat at pi/2, an MSE flat at the target variance. Off unless
@@ -8,6 +9,7 @@ an angular loss flat at pi/2, an MSE flat at the target variance. Off unless
 from __future__ import annotations
 
 import math
+import statistics
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -26,7 +28,12 @@ from sweeps.rules.verdict import Verdict
 
 def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdict | None:
     """Fail when the smoothed loss stayed within ``flat_tolerance`` x ``baseline_loss`` of
-    the baseline at every report of the last ``flat_patience`` steps.
+    the baseline at every report of the last ``flat_patience`` steps *and* made no real
+    progress there: the drop of a least-squares line through the stretch's losses, plus
+    one standard error of it, is below ``flat_min_progress`` x ``baseline_loss`` (so the
+    loss is fairly surely not falling by that much per window; a slow learner still
+    inside the band is left to the scheduler). On a noisy loss a stuck run can take a
+    few more steps to be called, a chance downward trend in its window.
 
     The metric is ``loss``, or ``val_loss`` when no report in the window has a ``loss``.
     The smoothed loss at a report is the mean of the last ``smoothing`` finite values up
@@ -71,6 +78,9 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
     worst = max(abs(s - baseline) for s in smoothed)
     if worst > band:
         return None
+    drop, noise = trend(series[len(series) - checked:])
+    if drop + noise >= settings.flat_min_progress * baseline:
+        return None  # still in the band, but learning: slow, not stuck
     evidence = {
         "metric": key,
         "smoothed_loss": smoothed[-1],
@@ -79,8 +89,29 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
         "tolerance": settings.flat_tolerance,
         "flat_since_step": since,
         "patience_steps": settings.flat_patience,
+        "progress": drop / baseline,
+        "progress_noise": noise / baseline,
     }
     return Verdict("flat_at_baseline", now, evidence)
+
+
+def trend(values: Sequence[float]) -> tuple[float, float]:
+    """(drop, its standard error): how far a least-squares line through ``values`` (in
+    report order) falls from the first to the last, and the uncertainty of that from the
+    scatter around the line. Values beyond 4 robust standard deviations (MAD) of the
+    median are clipped first, so one wild report neither makes nor hides a trend."""
+    m = len(values)
+    if m < 3:
+        return 0.0, math.inf
+    mid = statistics.median(values)
+    spread = 4 * 1.4826 * statistics.median(abs(v - mid) for v in values)
+    values = [min(max(v, mid - spread), mid + spread) for v in values]
+    mean_x, mean_y = (m - 1) / 2, sum(values) / m
+    sxx = sum((i - mean_x) ** 2 for i in range(m))
+    slope = sum((i - mean_x) * (v - mean_y) for i, v in enumerate(values)) / sxx
+    residual = sum((v - mean_y - slope * (i - mean_x)) ** 2 for i, v in enumerate(values))
+    se_slope = math.sqrt(residual / (m - 2) / sxx)
+    return -slope * (m - 1), se_slope * (m - 1)
 
 
 def _stretch(

@@ -99,6 +99,15 @@ class RuleSettings(BaseModel):
         description="Steps (the `step` key, not reports) the smoothed loss must stay in "
         "the band, counted after warmup_steps.",
     )
+    flat_min_progress: float = Field(
+        0.01,
+        ge=0,
+        lt=1,
+        description="flat_at_baseline fires only when the loss's least-squares drop over "
+        "the patience window, plus one standard error, is below this share of "
+        "baseline_loss: a loss in the band that may be falling faster is a slow learner, "
+        "not stuck.",
+    )
 
     # -- divergence ---------------------------------------------------------------------
     divergence_ratio: float = Field(
@@ -107,6 +116,13 @@ class RuleSettings(BaseModel):
         description="Fail when the smoothed loss exceeds this many times its reference (the "
         "lowest smoothed loss in the window, the smoothed loss at the start of the run, "
         "or baseline_loss) while rising.",
+    )
+    explosion_factor: float | None = Field(
+        10.0,
+        gt=1,
+        description="divergence fails at once, with no history needed, when the loss "
+        "reaches this many times baseline_loss or the run's first loss. None turns the "
+        "explosion check off.",
     )
     divergence_patience: int = Field(
         20,

@@ -18,11 +18,13 @@ def lr_scheduler(config, optimizer):
     if t.get("schedule") == "restarts":
         return torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(optimizer, T_0=steps // 4)
     warmup = int(t.get("warmup", 0))
+    floor = float(t.get("min_lr", 0.0)) / float(t["lr"])  # an absolute floor, as a factor
 
     def factor(step):
         if step < warmup:
             return (step + 1) / warmup
-        return 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, steps - warmup))))
+        cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, steps - warmup))))
+        return max(cosine, floor)
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 

@@ -1,0 +1,72 @@
+"""A diagnosis for every stopped trial: what the rules see in a trial the scheduler pruned."""
+
+from __future__ import annotations
+
+import math
+
+from sweeps.book import TrialBook
+from sweeps.report import load, summary_of
+from sweeps.results import trials_frame
+from sweeps.rules import RuleSettings, diagnose
+from sweeps.spec import load_sweep
+from tests.conftest import edit_linreg
+
+B = math.pi / 2
+
+
+def test_a_history_too_short_for_the_patience_is_diagnosed():
+    flat = [{"step": s, "loss": B} for s in range(1, 76)]
+    settings = RuleSettings(baseline_loss=B)  # patience 100: no verdict at step 75
+    from sweeps.rules import evaluate
+
+    assert evaluate(flat, settings) is None
+    verdict = diagnose(flat, settings)
+    assert verdict.reason == "flat_at_baseline" and verdict.evidence["flat_since_step"] == 1
+    collapsed = [{"step": s, "loss": 1.0 - s / 200, "pred_std": 0.01, "target_std": 1.0}
+                 for s in range(1, 41)]
+    assert evaluate(collapsed, RuleSettings()) is None  # not judged before step 50
+    assert diagnose(collapsed, RuleSettings()).reason == "collapse"
+
+
+def test_a_learning_or_short_history_gets_no_diagnosis():
+    learning = [{"step": s, "loss": B * (1 - 0.004 * s)} for s in range(1, 76)]
+    assert diagnose(learning, RuleSettings(baseline_loss=B)) is None
+    short = [{"step": s, "loss": B} for s in range(1, 8)]
+    assert diagnose(short, RuleSettings(baseline_loss=B)) is None
+
+
+def _pruned(book: TrialBook, trial_id: str, lr: float, losses: list[float]) -> None:
+    for step, loss in enumerate(losses, start=1):
+        book.record(trial_id, {"step": step, "loss": loss, "config": {"lr": lr}})
+    book.finish(trial_id, None, error=False)  # ended neither ok nor failed: pruned
+
+
+def test_a_pruned_trial_carries_its_diagnosis_to_the_sampler_csv_and_report(linreg_dir,
+                                                                           monkeypatch):
+    monkeypatch.chdir(linreg_dir)
+    edit_linreg(linreg_dir, rules={"baseline_loss": 1.0, "flat_patience": 200})
+    sweep = load_sweep(linreg_dir / "linreg.yaml")
+    book = TrialBook(sweep)
+    _pruned(book, "stuck", 1e-5, [1.0] * 40)
+    _pruned(book, "slow", 1e-3, [1.0 - 0.01 * s for s in range(40)])
+    stuck, slow = book.trials["stuck"], book.trials["slow"]
+    assert stuck.status == slow.status == "pruned"
+    assert stuck.diagnosis["reason"] == "flat_at_baseline" and slow.diagnosis is None
+    assert stuck.diagnosis_text() == "flat_at_baseline at step 40 (since step 1)"
+    assert stuck.flagged and not slow.flagged
+    objs = sweep.objectives
+    assert book.penalised_values(stuck, objs)[1] >= 10.0, "told like an unstable trial"
+
+    reread = TrialBook(sweep)  # the journal keeps it
+    reread.load()
+    assert reread.trials["stuck"].diagnosis == stuck.diagnosis
+
+    frame = trials_frame(sweep, book)
+    frame.to_csv(sweep.output_dir / "trials.csv", index=False)
+    rows = frame.set_index("trial_id")
+    assert rows.loc["stuck", "diagnosis"].startswith("flat_at_baseline")
+    assert rows.loc["slow", "diagnosis"] == ""
+    info = summary_of(load(sweep.output_dir))
+    assert info["diagnoses"] == {"flat_at_baseline": 1}
+    assert "pruned · flat_at_baseline" in [t["reason"] for t in info["taxonomy"]]
+    assert info["failures"] == {}
