@@ -9,14 +9,16 @@ Each case runs once per seed under
   stopper, default loggers, no actor reuse.
 
 The cases are ``bench/planted.py``'s (non-finite loss at step k, grad blowup from step k,
-flat at the baseline, prediction collapse, LR warm restart, two healthy controls), or with
+flat at the baseline, prediction collapse, LR warm restart, two healthy controls and a
+slow learner), or with
 ``--sweep FILE`` the ``initial_points`` of any sweep file: its trainer, rules and first
 objective, one case per point (knobs a point leaves out take the base config's value).
 
 "Detectable" is the first report at which ``sweeps.rules.evaluate`` (the sweep's rule
 settings) fires on the trial's history, computed on a reference run of the same seed
 without any orchestration; for non_finite / blowup / restart that is the planted onset.
-A false stop is a case sweeps stopped as unstable whose reference run no rule flagged.
+A false stop is a case sweeps stopped as unstable whose reference run no rule flagged, or
+any stop of a control (a healthy or slowly learning case: ``planted.CONTROLS``).
 
     python bench/detection.py --quick
     python bench/detection.py --seeds 5 --steps 400 --onset 120
@@ -44,6 +46,7 @@ from common import (  # noqa: E402
     save,
     table,
 )
+from planted import CONTROLS  # noqa: E402
 
 from sweeps.book import last_step  # noqa: E402
 
@@ -242,7 +245,7 @@ def main() -> None:
     rows = []
     for r in raw:
         det = r["ref_detectable"]
-        planted_at = "–" if r["onset"] is None or r["case"] in ("healthy", "flat") else \
+        planted_at = "–" if r["onset"] is None or r["case"] in (*CONTROLS, "flat") else \
             r["onset"]
 
         def after(stop, det=det):
@@ -261,7 +264,7 @@ def main() -> None:
             "plain Tune stop": r.get("plain_stop"),
             "plain Tune steps after": after(r.get("plain_stop")),
             "false stop (sweeps)": ("yes" if r.get("sweeps_status") == "unstable" else "no")
-            if det is None else "",
+            if det is None or r["case"] in CONTROLS else "",
         })
     print(table(rows))
     wasted_s = sum(x["sweeps steps after"] or 0 for x in rows)

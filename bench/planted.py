@@ -16,6 +16,10 @@ plants one failure at step ``train.onset``:
 - ``collapse``      from the onset the predictions are squashed 50x towards their mean
 - ``restart``       cosine decay that jumps back to the peak LR at the onset (a warm restart
                     the schedule was not meant to have)
+- ``slow``          a constant LR of 1 % of ``train.lr``: a slow learner (control). Its loss
+                    leaves the baseline slowly (~2.5 % below it at step 60, 15–20 % by
+                    step 300) and its predictions grow from near-constant (zero weights): it is
+                    neither stuck nor collapsed, and no rule may stop it
 """
 
 from __future__ import annotations
@@ -25,10 +29,15 @@ import time
 
 import torch
 
-CASES = ("healthy", "healthy_noisy", "nonfinite", "blowup", "flat", "collapse", "restart")
+CASES = ("healthy", "healthy_noisy", "slow", "nonfinite", "blowup", "flat", "collapse",
+         "restart")
+#: Cases no rule may stop (controls).
+CONTROLS = ("healthy", "healthy_noisy", "slow")
 
 
 def _lr_at(case: str, step: int, lr: float, warmup: int, onset: int, steps: int) -> float:
+    if case == "slow":
+        return 0.01 * lr
     if case == "restart":
         period = onset  # the decay restarts at the onset
         t = step % period

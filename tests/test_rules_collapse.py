@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from sweeps.rules.collapse import check
@@ -73,3 +74,15 @@ def test_default_does_not_judge_a_fresh_model_before_step_50():
     verdict = next(v for n in range(1, 120)
                    if (v := check(collapsed[:n], RuleSettings())) is not None)
     assert verdict.step >= 50
+
+
+def test_predictions_growing_from_a_near_constant_start_are_slow_not_collapsed():
+    # zero-initialised weights at a low LR: the prediction spread grows linearly from 0
+    history = [{"step": s, "pred_std": 0.0008 * s, "target_std": 1.0} for s in range(1, 300)]
+    assert all(check(history[:k], RuleSettings()) is None for k in range(1, 300))
+    # ...while a spread that stays small is collapse, even with a little noise
+    rng = np.random.default_rng(0)
+    flat = [{"step": s, "pred_std": 0.02 * (1 + 0.2 * rng.standard_normal()),
+             "target_std": 1.0} for s in range(1, 120)]
+    verdict = next(v for k in range(1, 120) if (v := check(flat[:k], RuleSettings())))
+    assert verdict.step == 69 and abs(verdict.evidence["growth"]) < 0.2

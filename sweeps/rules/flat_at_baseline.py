@@ -9,7 +9,6 @@ an angular loss flat at pi/2, an MSE flat at the target variance. Off unless
 from __future__ import annotations
 
 import math
-import statistics
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -21,6 +20,7 @@ from sweeps.rules._history import (
     newest_step,
     step_key,
     step_of,
+    trend,
 )
 from sweeps.rules.settings import RuleSettings
 from sweeps.rules.verdict import Verdict
@@ -93,25 +93,6 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
         "progress_noise": noise / baseline,
     }
     return Verdict("flat_at_baseline", now, evidence)
-
-
-def trend(values: Sequence[float]) -> tuple[float, float]:
-    """(drop, its standard error): how far a least-squares line through ``values`` (in
-    report order) falls from the first to the last, and the uncertainty of that from the
-    scatter around the line. Values beyond 4 robust standard deviations (MAD) of the
-    median are clipped first, so one wild report neither makes nor hides a trend."""
-    m = len(values)
-    if m < 3:
-        return 0.0, math.inf
-    mid = statistics.median(values)
-    spread = 4 * 1.4826 * statistics.median(abs(v - mid) for v in values)
-    values = [min(max(v, mid - spread), mid + spread) for v in values]
-    mean_x, mean_y = (m - 1) / 2, sum(values) / m
-    sxx = sum((i - mean_x) ** 2 for i in range(m))
-    slope = sum((i - mean_x) * (v - mean_y) for i, v in enumerate(values)) / sxx
-    residual = sum((v - mean_y - slope * (i - mean_x)) ** 2 for i, v in enumerate(values))
-    se_slope = math.sqrt(residual / (m - 2) / sxx)
-    return -slope * (m - 1), se_slope * (m - 1)
 
 
 def _stretch(
