@@ -26,16 +26,33 @@ does not count (for any method). "Steps to 2 %" = cumulative steps when the firs
 trial within 2 % of the best stable value any method found *on that seed* completed (all
 methods on one seed train the same function of the config: same data, same trial seed).
 
+With ``--fresh-seeds N`` the outcome a user gets is measured too: each method's handed-over
+config re-trained on N fresh trial seeds (50 000 + k, never used by any search), in this
+process, the sweep's rules judging every run. A baseline hands over its best stable trial
+(best final value of the first objective); sweeps runs *with* confirmation (the sweep file's
+``confirm`` section, ``Confirm()`` defaults for a built-in case) within the same
+``budget.total_steps``, and hands over the first YAML it wrote (``sweeps best``: the trainer
+gets that file as it is, plus the ``sweep`` key), or nothing. A re-run is *bad* when it went
+unstable or ended more than ``confirm.tolerance`` (relative, 0.2 when the spec has none)
+worse than the config's own search value; a run that handed nothing over counts as N bad
+re-runs. ``--trainer fragile`` (``bench/fragile.py``) is the planted case for it: above an
+LR edge a config is the best one on the search seed and ~2-3x worse on most other seeds,
+smoothly, with no rule able to fire; its runs search on seeds where that region is lucky.
+
     python bench/efficiency.py --quick
     python bench/efficiency.py --trainer regression --trials 24 --steps 300 --seeds 5
     python bench/efficiency.py --sweep my_sweep.yaml --steps 200 --budget 6000 --seeds 3
+    python bench/efficiency.py --quick --fresh-seeds 3 --trainer fragile
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import os
+import re
+import statistics
 import sys
 import time
 from dataclasses import replace
@@ -64,6 +81,10 @@ from sweeps.book import last_step  # noqa: E402
 BENCH = str(Path(__file__).resolve().parent)
 METHODS = ("sweeps", "tune+optuna+asha", "tune random+asha", "optuna tpe+median")
 THRESHOLDS = (0.02, 0.05, 0.10)
+#: Fresh-seed re-runs use trial seeds FRESH_SEED + k: no search or confirmation run uses them.
+FRESH_SEED = 50_000
+#: ``--trainer all``: the cases run by default (``fragile`` only when named).
+DEFAULT_CASES = ("regression", "direction-mlp", "direction")
 
 #: The direction trainer's knobs (the quickstart's space) and where they go in its config.
 DIRECTION_SPACE = {
@@ -114,7 +135,37 @@ BUILTIN = {
                        "warmup": "training.warmup_steps"},
         "rules": {"baseline_loss": 1.0},
     },
+    # A planted fragile region (bench/fragile.py): above lr 0.02 a config is the best one on
+    # a "lucky" trial seed and ~2-3x worse on the others, smoothly; the runs search on lucky
+    # seeds (the first ones of the hash), so every search sees that region at its best.
+    "fragile": {
+        "trainer": "bench.fragile:train",
+        "base": "bench/cases/fragile.yaml",
+        "overrides": {},
+        "space": {
+            "lr": {"type": "loguniform", "low": 1e-3, "high": 1.0},
+            "weight_decay": {"type": "loguniform", "low": 1e-6, "high": 1e-2},
+            "dropout": {"type": "uniform", "low": 0.0, "high": 0.2},
+            "warmup": {"type": "int", "low": 0, "high": 50, "step": 10},
+        },
+        "write_back": {"lr": "training.lr", "weight_decay": "training.weight_decay",
+                       "dropout": "model.dropout", "warmup": "training.warmup_steps"},
+        "rules": {"baseline_loss": 1.0},  # MSE of predicting the mean of a standardised target
+        "run_seeds": "lucky",
+    },
 }
+
+
+def run_seeds(case: str | None, sweep, count: int) -> list[int]:
+    """The search seeds of ``count`` runs: 0, 1, ..., or for the fragile case the first
+    seeds whose basin above the edge is the good one (so each search sees the fragile
+    configs as the best)."""
+    if case is None or BUILTIN[case].get("run_seeds") != "lucky":
+        return list(range(count))
+    from bench.fragile import DEFAULTS, lucky_seeds
+
+    plant = {**DEFAULTS, **(sweep.base_config.get("fragile") or {})}
+    return lucky_seeds(count, float(plant["lucky_share"]), str(plant["salt"]))
 
 
 def builtin_sweep(trainer: str, steps: int):
@@ -138,8 +189,10 @@ def builtin_sweep(trainer: str, steps: int):
     }, base_dir=ROOT)
 
 
-def for_run(sweep, *, steps: int, budget: int, seed: int, concurrent: int, tag: str = ""):
-    """``sweep`` as one benchmark run: step budget, seed, no initial points, no confirmation."""
+def for_run(sweep, *, steps: int, budget: int, seed: int, concurrent: int, tag: str = "",
+            confirm=None):
+    """``sweep`` as one benchmark run: step budget, seed, no initial points, and no
+    confirmation unless ``confirm`` (a ``Confirm``) is given."""
     from sweeps.spec import Budget, Confirm
 
     fields = sweep.spec.budget.model_dump()
@@ -147,7 +200,8 @@ def for_run(sweep, *, steps: int, budget: int, seed: int, concurrent: int, tag: 
     fields.update(max_steps=steps, total_steps=budget, concurrent=concurrent)
     name = f"{sweep.spec.name}-{seed}{tag}"
     spec = sweep.spec.model_copy(update={
-        "budget": Budget.model_validate(fields), "confirm": Confirm(seeds=0, lr_probe=0),
+        "budget": Budget.model_validate(fields),
+        "confirm": Confirm(seeds=0, lr_probe=0) if confirm is None else confirm,
         "initial_points": [], "seed": seed, "name": name})
     return replace(sweep, spec=spec, output_dir=SCRATCH / "efficiency" / name)
 
@@ -164,6 +218,11 @@ def _trial(values: dict, history: list[dict]) -> dict[str, Any]:
 
 
 def run_sweeps(sweep) -> list[dict]:
+    return run_sweeps_outcome(sweep)[0]
+
+
+def run_sweeps_outcome(sweep) -> tuple[list[dict], Any]:
+    """The search trials in completion order, and the ``SweepOutcome``."""
     from sweeps import book as book_mod
     from sweeps.pipeline import run_sweep
 
@@ -186,7 +245,8 @@ def run_sweeps(sweep) -> list[dict]:
         os.environ.update(env)  # sweeps sets Tune env vars; the baselines must not see them
     recs = out.book.trials
     ids = order + [t for t in recs if t not in order]
-    return [_trial(recs[t].values, list(recs[t].history)) for t in ids if recs[t].role == "search"]
+    return ([_trial(recs[t].values, list(recs[t].history)) for t in ids
+             if recs[t].role == "search"], out)
 
 
 def _tune_trainable(sweep, metric: str):
@@ -465,6 +525,163 @@ def seed_noise(base, runs: dict[str, list[list[dict]]], steps: int, budget: int,
             "median_relative_std": median(rel) if rel else float("nan")}
 
 
+def _final(history: list[dict], metric: str) -> float:
+    vals = [h[metric] for h in history if isinstance(h.get(metric), (int, float))]
+    return float(vals[-1]) if vals else float("nan")
+
+
+def _at_path(config: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(config, dict) or part not in config:
+            return None
+        config = config[part]
+    return config
+
+
+def handover_best_trial(judged: list[dict], mode: str) -> dict | None:
+    """What a user of a plain tool takes: the stable trial with the best final value."""
+    stable = [t for t in judged if t["stable"]]
+    if not stable:
+        return None
+    pick = (min if mode == "min" else max)(stable, key=lambda t: t["final"])
+    return {"from": "best stable trial", "values": dict(pick["values"]),
+            "search_value": pick["final"]}
+
+
+def handover_sweeps(outcome) -> dict | None:
+    """What ``sweeps best`` prints: the first YAML the sweep wrote (None: nothing written),
+    loaded as a user loads it. Its search value is the final value of the search trial
+    whose knob values the file holds."""
+    import yaml
+
+    paths = list(outcome.stable_paths or [])
+    if not paths:
+        return None
+    sweep, path = outcome.sweep, Path(paths[0])
+    config = yaml.safe_load(path.read_text())
+    values = {knob: _at_path(config, dotted) for knob, dotted in sweep.spec.write_back.items()}
+    search = [r for r in outcome.book.trials.values() if r.role == "search"]
+    rec = next((r for r in search
+                if all(r.values.get(k) == v for k, v in values.items())), None)
+    if rec is None:  # by the file name (rank-01-<trial>.yaml)
+        m = re.match(r"rank-\d+-(.+)\.yaml$", path.name)
+        rec = outcome.book.trials.get(m.group(1)) if m else None
+    metric = sweep.objectives[0].metric
+    return {"from": str(path), "yaml": config, "values": values,
+            "trial_id": rec.trial_id if rec is not None else None,
+            "search_value": _final(list(rec.history), metric) if rec is not None
+            else float("nan")}
+
+
+def _worse_by(value: float, reference: float, mode: str) -> float | None:
+    """How much worse ``value`` is than ``reference``, relative to |reference|."""
+    if not (math.isfinite(value) and math.isfinite(reference)) or reference == 0:
+        return None
+    return ((value - reference) if mode == "min" else (reference - value)) / abs(reference)
+
+
+_TRAINERS: dict[str, Any] = {}
+
+
+def fresh_runs(sweep, handover: dict, seeds: int, steps: int) -> dict[str, Any]:
+    """Re-train a handed-over config on ``seeds`` fresh trial seeds (FRESH_SEED + k), in this
+    process, the sweep's rules judging each run afterwards (as ``seed_noise`` does). A YAML
+    hand-over is trained from the file itself, with the reserved ``sweep`` key added."""
+    import torch
+
+    from sweeps.spec import RESERVED_KEY
+    from sweeps.trainable import trial_settings
+    from sweeps.trainer_loader import load_trainer
+
+    torch.set_num_threads(1)
+    if sweep.spec.trainer not in _TRAINERS:
+        _TRAINERS[sweep.spec.trainer] = load_trainer(sweep.spec.trainer, sweep.trainer_paths)
+    train = _TRAINERS[sweep.spec.trainer]
+    metric, mode = sweep.objectives[0].metric, sweep.objectives[0].mode
+    tolerance = float(getattr(sweep.spec.confirm, "tolerance", 0.2))
+    settings = trial_settings(sweep, handover["values"])
+    runs = []
+    for k in range(seeds):
+        seed, trial_id = FRESH_SEED + k, f"fresh-{k}"
+        if "yaml" in handover:
+            config = copy.deepcopy(handover["yaml"])
+            config[RESERVED_KEY] = {"trial_id": trial_id, "seed": seed, "max_steps": steps}
+        else:
+            config = sweep.trial_config(handover["values"], trial_id=trial_id, seed=seed,
+                                        max_steps=steps)
+        history: list[dict] = []
+        error = None
+        try:
+            train(config, history.append)
+        except Exception as exc:  # noqa: BLE001 - a crash is an outcome too
+            error = f"{type(exc).__name__}: {exc}"
+        history = [{k2: (float(v) if hasattr(v, "item") else v) for k2, v in h.items()}
+                   for h in history]
+        final = _final(history, metric)
+        verdict = first_verdict(history, settings) if history else None
+        stable = error is None and verdict is None and math.isfinite(final)
+        worse = _worse_by(final, handover["search_value"], mode)
+        runs.append({"seed": seed, "final": final, "stable": stable,
+                     "reason": error or (verdict.reason if verdict else None),
+                     "worse_by": worse,
+                     "bad": not stable or (worse is not None and worse > tolerance),
+                     **({"basin": history[-1]["basin"]} if "basin" in history[-1] else {})})
+    good = [r["final"] for r in runs if r["stable"]]
+    penalty = math.inf if mode == "min" else -math.inf
+    finals = [r["final"] if r["stable"] else penalty for r in runs]
+    return {"tolerance": tolerance, "runs": runs,
+            "mean": statistics.fmean(good) if good else penalty,
+            "worst": (max if mode == "min" else min)(finals) if finals else penalty,
+            "bad": sum(r["bad"] for r in runs)}
+
+
+def _whole(x: float) -> int | float:
+    return int(round(x)) if math.isfinite(x) else x
+
+
+def summarise_fresh(label: str, fresh: dict[str, list[dict]], seeds: int,
+                    mode: str) -> list[dict]:
+    """One row per method: what its handed-over configs did on fresh seeds, over the runs."""
+    def med(xs: list[float]) -> float:
+        xs = [x for x in xs if not (isinstance(x, float) and math.isnan(x))]
+        return median(xs)
+
+    def ratio(value: float, ref: float | None) -> float | None:
+        if ref is None or not (math.isfinite(value) and math.isfinite(ref)) or not ref:
+            return None
+        return value / ref if mode == "min" else ref / value
+
+    stats = {}
+    for method, per_run in fresh.items():
+        handed = [r for r in per_run if r["handover"] is not None]
+        means = [r["result"]["mean"] for r in handed]
+        worsts = [r["result"]["worst"] for r in handed]
+        bad = sum(r["result"]["bad"] for r in handed) + seeds * (len(per_run) - len(handed))
+        stats[method] = {
+            "handed": f"{len(handed)}/{len(per_run)}",
+            "search": med([r["handover"]["search_value"] for r in handed]),
+            "means": means, "worsts": worsts, "mean": med(means), "worst": med(worsts),
+            "bad": bad, "re-runs": seeds * len(per_run),
+            "steps": median([r["steps"] for r in per_run]),
+            "confirm": median([r["confirm_steps"] for r in per_run])}
+    ref = stats.get("sweeps")
+    rows = []
+    for method, s in stats.items():
+        rows.append({
+            "case": label, "method": method, "handed over (runs)": s["handed"],
+            "search value (median)": s["search"],
+            "fresh mean (median)": s["mean"], "fresh mean (spread)": spread(s["means"]),
+            "fresh worst (median)": s["worst"], "fresh worst (spread)": spread(s["worsts"]),
+            "bad re-runs (none handed = all bad)":
+                f"{s['bad']}/{s['re-runs']} ({100 * s['bad'] / max(1, s['re-runs']):.0f} %)",
+            "÷ sweeps (fresh mean)": ratio(s["mean"], ref["mean"] if ref else None),
+            "÷ sweeps (fresh worst)": ratio(s["worst"], ref["worst"] if ref else None),
+            "steps run (median)": _whole(s["steps"]),
+            "of which confirmation": _whole(s["confirm"]),
+        })
+    return rows
+
+
 def _median_gap(gaps: list[float | None]) -> str:
     """Median gap in %, a run with nothing stable yet counting as the worst."""
     if not gaps:
@@ -474,27 +691,57 @@ def _median_gap(gaps: list[float | None]) -> str:
     return f"{100 * median([math.inf if g is None else g for g in gaps]):.1f} %"
 
 
-def run_method(method: str, sweep) -> list[dict]:
+def run_method(method: str, sweep) -> tuple[list[dict], Any]:
+    """The method's trials in completion order, and (sweeps only) its ``SweepOutcome``."""
     if method == "sweeps":
-        return run_sweeps(sweep)
+        return run_sweeps_outcome(sweep)
     if method == "sweeps search_on=quality":
-        return run_sweeps(search_on_quality(sweep))
+        return run_sweeps_outcome(search_on_quality(sweep))
     if method == "tune+optuna+asha":
-        return run_tune(sweep, random=False)
+        return run_tune(sweep, random=False), None
     if method == "tune random+asha":
-        return run_tune(sweep, random=True)
+        return run_tune(sweep, random=True), None
     if method == "optuna tpe+median":
-        return run_optuna(sweep)
+        return run_optuna(sweep), None
     raise SystemExit(f"--methods: unknown method {method!r}; known: {', '.join(METHODS)}, "
                      "sweeps search_on=quality")
+
+
+def _fresh_outcome(sweep, judged: list[dict], outcome, seeds: int, steps: int,
+                   mode: str) -> dict[str, Any]:
+    """One method run's hand-over and its fresh-seed re-runs (``result`` None: nothing)."""
+    if outcome is not None:  # sweeps: the YAML it wrote first, or nothing
+        handover = handover_sweeps(outcome)
+        book = outcome.book.trials.values()
+        search_steps = sum(last_step(list(r.history)) for r in book if r.role == "search")
+        confirm_steps = sum(last_step(list(r.history)) for r in book if r.role != "search")
+    else:
+        handover = handover_best_trial(judged, mode)
+        search_steps, confirm_steps = sum(t["steps"] for t in judged), 0
+    result = fresh_runs(sweep, handover, seeds, steps) if handover is not None else None
+    return {"handover": handover, "result": result, "steps": search_steps + confirm_steps,
+            "confirm_steps": confirm_steps}
+
+
+def _print_fresh(prefix: str, got: dict[str, Any]) -> None:
+    hand, res = got["handover"], got["result"]
+    if hand is None:
+        print(f"{prefix}: nothing handed over", flush=True)
+        return
+    where = Path(hand["from"]).name if hand["from"].endswith(".yaml") else hand["from"]
+    finals = ", ".join(f"{r['final']:.4g}" + ("" if r["stable"] else f" ({r['reason']})")
+                       for r in res["runs"])
+    print(f"{prefix}: hands over {where} (search {hand['search_value']:.4g}); fresh seeds "
+          f"{finals}: {res['bad']}/{len(res['runs'])} bad", flush=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
                     help="regression and direction-mlp: 16 x 200 steps; direction: 10 x 120 "
-                    "steps; 2 seeds")
-    ap.add_argument("--trainer", choices=(*BUILTIN, "all"), default="all")
+                    "steps; fragile: 24 x 80 steps; 2 seeds")
+    ap.add_argument("--trainer", choices=(*BUILTIN, "all"), default="all",
+                    help=f"a built-in case; all = {', '.join(DEFAULT_CASES)}")
     ap.add_argument("--sweep", type=Path, help="benchmark this sweep file instead")
     ap.add_argument("--steps", type=int, help="most steps per trial (default: 300, or the "
                     "sweep file's budget.max_steps)")
@@ -507,24 +754,29 @@ def main() -> None:
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--noise-seeds", type=int, default=0, help="afterwards, re-train each "
                     "best stable config on this many other seeds to measure the seed noise")
+    ap.add_argument("--fresh-seeds", type=int, nargs="?", const=5, default=0, metavar="N",
+                    help="measure what the user gets: sweeps runs with confirmation (inside "
+                    "the same step budget), and each method's handed-over config is re-trained "
+                    "on N fresh seeds (5 when given without N; 0 = off)")
     ap.add_argument("--out", default="efficiency",
                     help="name of the results file: bench/results/<out>.json")
     args = ap.parse_args()
 
     from sweeps.spec import load_sweep
 
-    cases: list[tuple[str, Any, int, int]] = []  # label, sweep, steps, budget
+    cases: list[tuple[str, Any, int, int, str | None]] = []  # label, sweep, steps, budget, case
     if args.sweep is not None:
         user = load_sweep(args.sweep)
         steps = args.steps or user.spec.budget.max_steps
         budget = args.budget or user.spec.budget.total_steps or args.trials * steps
-        cases.append((user.spec.name, user, steps, budget))
+        cases.append((user.spec.name, user, steps, budget, None))
     else:
-        quick = {"regression": (16, 200), "direction-mlp": (16, 200), "direction": (10, 120)}
-        for trainer in (list(quick) if args.trainer == "all" else [args.trainer]):
+        quick = {"regression": (16, 200), "direction-mlp": (16, 200), "direction": (10, 120),
+                 "fragile": (24, 80)}
+        for trainer in (list(DEFAULT_CASES) if args.trainer == "all" else [args.trainer]):
             trials, steps = quick[trainer] if args.quick else (args.trials, args.steps or 300)
             budget = trials * steps if args.quick else args.budget or trials * steps
-            cases.append((trainer, builtin_sweep(trainer, steps), steps, budget))
+            cases.append((trainer, builtin_sweep(trainer, steps), steps, budget, trainer))
     if args.quick:
         args.seeds = 2
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -537,29 +789,50 @@ def main() -> None:
              logging_level="ERROR")
     quiet_logs()
     os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
-    all_rows, raw = [], {}
-    for label, base, steps, budget in cases:
+    all_rows, fresh_rows, raw = [], [], {}
+    for label, base, steps, budget, case in cases:
         mode = base.objectives[0].mode
         runs: dict[str, list] = {m: [] for m in methods}
         walls: dict[str, list] = {m: [] for m in methods}
-        for seed in range(args.seeds):
+        fresh: dict[str, list] = {m: [] for m in methods}
+        seeds = run_seeds(case, base, args.seeds)
+        # with --fresh-seeds, sweeps confirms as a user's sweep would: the file's confirm
+        # section (a built-in case's: the Confirm() defaults), inside the same step budget
+        confirm = base.spec.confirm if args.fresh_seeds > 0 else None
+        for seed in seeds:
             sweep = for_run(base, steps=steps, budget=budget, seed=seed,
-                            concurrent=args.concurrent)
+                            concurrent=args.concurrent, confirm=confirm)
+            search_steps = getattr(sweep, "search_steps", None)  # budget less confirmation
+            if confirm is not None and search_steps is not None and search_steps < steps:
+                raise SystemExit(
+                    f"--budget {budget}: confirmation keeps back "
+                    f"{getattr(sweep, 'confirm_steps', '?')} steps, leaving {search_steps} "
+                    f"for sweeps' search (less than one trial of {steps}); raise --budget")
             for method in methods:
                 start = time.perf_counter()
-                got = run_method(method, sweep)
+                got, outcome = run_method(method, sweep)
                 walls[method].append(time.perf_counter() - start)
                 runs[method].append(judge(sweep, got))
                 print(f"[{label} seed {seed}] {method}: {len(runs[method][-1])} trials, "
                       f"{sum(t['steps'] for t in runs[method][-1])} steps, "
                       f"{walls[method][-1]:.0f} s", flush=True)
+                if args.fresh_seeds > 0:
+                    fresh[method].append(_fresh_outcome(sweep, runs[method][-1], outcome,
+                                                        args.fresh_seeds, steps, mode))
+                    _print_fresh(f"[{label} seed {seed}] {method}", fresh[method][-1])
         rows, stats = summarise(label, runs, budget, mode)
         for r in rows:
             r["wall s (median)"] = median(walls[r["method"]])
         all_rows.extend(rows)
-        raw[label] = {"steps": steps, "budget": budget, "seeds": args.seeds, "walls": walls,
+        raw[label] = {"steps": steps, "budget": budget, "seeds": args.seeds,
+                      "run_seeds": seeds, "walls": walls,
                       "metric": base.objectives[0].metric, "mode": mode, **stats,
                       "trials_judged": runs}
+        if args.fresh_seeds > 0:
+            fresh_rows.extend(summarise_fresh(label, fresh, args.fresh_seeds, mode))
+            raw[label]["fresh"] = {"seeds": [FRESH_SEED + k for k in range(args.fresh_seeds)],
+                                   "confirm": confirm.model_dump() if confirm else None,
+                                   "per_method": fresh}
         if args.noise_seeds > 1:
             noise = seed_noise(base, runs, steps, budget, args.noise_seeds)
             raw[label]["seed_noise"] = noise
@@ -567,12 +840,19 @@ def main() -> None:
                   f"{args.noise_seeds} other seeds vary by a median "
                   f"{100 * noise['median_relative_std']:.1f} % (std / mean)", flush=True)
         save(args.out, {"args": {k: str(v) for k, v in vars(args).items()},
-                            "rows": all_rows, "raw": raw})
+                        "rows": all_rows, "fresh_rows": fresh_rows, "raw": raw})
     ray.shutdown()
     print()
     print(table(all_rows))
+    if fresh_rows:
+        print()
+        print(f"What the user gets: each method's handed-over config re-trained on "
+              f"{args.fresh_seeds} fresh seeds (median over {args.seeds} runs; ÷ sweeps > 1: "
+              "sweeps' config did better; bad = unstable or worse than its own search value "
+              "by more than the tolerance)")
+        print(table(fresh_rows))
     path = save(args.out, {"args": {k: str(v) for k, v in vars(args).items()},
-                               "rows": all_rows, "raw": raw})
+                           "rows": all_rows, "fresh_rows": fresh_rows, "raw": raw})
     print(f"raw figures: {path}; machine load {machine()['loadavg']}")
 
 
