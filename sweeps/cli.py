@@ -254,6 +254,8 @@ def print_selection(outcome) -> None:
         console.print(f"  {conf.verdict} {conf.trial_id}: {conf.fragile_reason}",
                       markup=False)
     console.print("steps: " + ", ".join(f"{k} {v}" for k, v in chosen.steps.items() if v))
+    for note in chosen.notes:
+        console.print(f"note: {note}", markup=False)
     kind = "confirmed" if any(c.confirmed for c in chosen.handed_over) else "UNCONFIRMED"
     console.print(f"{len(outcome.stable_paths)} {kind} stable config(s) written, best first "
                   f"(mean {metric} over fresh seeds):")

@@ -228,6 +228,7 @@ class Selection:
     candidates: list[Confirmation]
     base: BaseReference | None = None
     steps: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def handed_over(self) -> list[Confirmation]:
@@ -324,18 +325,28 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
     """Confirm ``ordered`` candidates in rounds until ``confirm.keep`` hold.
 
     ``run(configs, name)`` runs one round of re-runs (a Ray Tune experiment called
-    ``name``) and records them in ``book``. Round 1 also runs the base config.
+    ``name``) and records them in ``book``. Round 1 also runs the base config. With a
+    step budget, round 1 uses the steps the search kept back; a later round starts only
+    if it fits in what is left of ``budget.total_steps``.
     """
-    conf = sweep.spec.confirm
+    conf, budget = sweep.spec.confirm, sweep.spec.budget
     on_front = {r.trial_id for r in front}
     queue = ordered[:conf.max_candidates]
     judged: list[Confirmation] = []
+    notes: list[str] = []
     base_runs = plan_base(sweep)
     round_no = 1
     while queue and sum(c.holds for c in judged) < conf.keep:
         need = conf.keep - sum(c.holds for c in judged)
         batch, queue = queue[:need], queue[need:]
         runs = plan(sweep, batch) + (base_runs if round_no == 1 else [])
+        spent = sum(r.last_step for r in book.trials.values())
+        if round_no > 1 and budget.total_steps is not None and \
+                spent + len(runs) * budget.max_steps > budget.total_steps:
+            notes.append(f"confirmation stopped after {len(judged)} candidate(s): another "
+                         f"round would pass budget.total_steps ({spent} of "
+                         f"{budget.total_steps} spent); raise total_steps to confirm more")
+            break
         if runs:
             run(runs, "confirm" if round_no == 1 else f"confirm-{round_no}")
         judged += [judge(sweep, book, rec, rec.trial_id in on_front) for rec in batch]
@@ -346,7 +357,7 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
                                 if r.role != "search" and r.role != BASE_ROLE)
     steps["base"] = book.steps_spent(BASE_ROLE)
     return Selection(holding + [c for c in judged if not c.holds],
-                     base_reference(sweep, book), steps)
+                     base_reference(sweep, book), steps, notes)
 
 
 def _sensitivity(member: TrialRecord, probe: TrialRecord, metric: str) -> float:

@@ -173,3 +173,33 @@ def test_a_step_budget_keeps_back_the_confirmation_steps(linreg_dir):
     # 3 candidates x (2 seeds + 1 probe) + the base config on 3 seeds, 60 steps each
     assert sweep.confirm_steps == (3 * 3 + 3) * 60
     assert sweep.search_steps == 3000 - 720
+
+
+def test_with_a_step_budget_confirmation_stops_where_the_budget_ends(linreg_dir, ray_session,
+                                                                     capsys):
+    # keep 1: round 1 re-runs one candidate (3 runs) and the base config (3 runs), the
+    # 120 steps the search kept back; the first candidate is fragile, and a second round
+    # would pass the budget
+    edit_linreg(linreg_dir, name="fragile-budget",
+                search_space={"lr": {"type": "loguniform", "low": 0.01, "high": 0.5}},
+                initial_points=[{"lr": lr} for lr in FRAGILE_LRS + ROBUST_LRS],
+                objectives=[{"metric": "val_loss", "mode": "min"}],
+                budget={"max_steps": 20, "total_steps": 240, "concurrent": 2,
+                        "scheduler": "none"},
+                confirm={"seeds": 2, "lr_probe": 2.0, "keep": 1},
+                train={"fragile_above": EDGE, "lr": 0.02})
+    import yaml as _yaml
+
+    data = _yaml.safe_load((linreg_dir / "linreg.yaml").read_text())
+    del data["budget"]["trials"]
+    (linreg_dir / "linreg.yaml").write_text(_yaml.safe_dump(data))
+    assert run_cli_in(linreg_dir, "run", "linreg.yaml") == 0
+    out = linreg_dir / "results" / "fragile-budget"
+    trials = read_results_csv(out / "trials.csv")
+    search = trials[trials["role"] == "search"]
+    assert 120 <= search["steps"].sum() < 120 + 2 * 20, "the search left 120 steps"
+    assert trials["steps"].sum() <= 240 + 2 * 20, "confirmation stayed inside the budget"
+    pareto = read_results_csv(out / "pareto.csv")
+    assert list(pareto["selection"]) == ["fragile"]
+    assert not list((out / "stable").glob("*.yaml"))
+    assert "confirmation stopped after 1 candidate(s)" in capsys.readouterr().out
