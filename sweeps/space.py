@@ -149,4 +149,7 @@ def contains(knob: _Knob, value: Any) -> bool:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return False
     dist = knob.distribution()
-    return bool(dist._contains(dist.to_internal_repr(value)))
+    try:
+        return bool(dist._contains(dist.to_internal_repr(value)))
+    except ValueError:  # e.g. 0 on a log scale: Optuna refuses to represent it
+        return False

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from sweeps.cli import main
-from tests.conftest import write_sweep
+from tests.conftest import edit_linreg, write_sweep
 
 
 def _base(folder: Path) -> dict:
@@ -130,3 +130,19 @@ def test_write_back_path_missing_from_the_base_config_is_noted(linreg_dir, capsy
     out = capsys.readouterr().out
     assert "write_back.lr: 'train.lrr' is not in the base config" in out
     assert "did you mean 'train.lr'?" in out
+
+
+def test_a_base_value_outside_a_log_range_is_not_an_error(linreg_dir):
+    """A base config with weight_decay 0 and a log-scale weight_decay knob: the search
+    starts from the range's middle instead of the base value."""
+    from sweeps.search import initial_points
+    from sweeps.space import LogUniform, contains
+    from sweeps.spec import load_sweep
+
+    assert not contains(LogUniform(type="loguniform", low=1e-6, high=0.1), 0.0)
+    edit_linreg(linreg_dir, search_space={"lr": {"type": "loguniform", "low": 1e-5,
+                                                 "high": 30.0}},
+                initial_points=[{}], train={"lr": 0.0})
+    sweep = load_sweep(linreg_dir / "linreg.yaml", import_trainer=False)
+    (point,) = initial_points(sweep)
+    assert 1e-5 < point["lr"] < 30.0
