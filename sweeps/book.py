@@ -17,7 +17,7 @@ from typing import Any
 from ray.tune import Callback, Stopper
 
 from sweeps import objectives, rules
-from sweeps.journal import Journal
+from sweeps.journal import Journal, JournalDamaged
 from sweeps.reporter import EVIDENCE, FINAL, REASON, STATUS, STOP_STEP, TRACEBACK, WARNING
 from sweeps.rules.verdict import Verdict
 from sweeps.spec import Objective, Sweep
@@ -129,24 +129,13 @@ class TrialBook:
         """Read the trials of an earlier run of this sweep back from the journal."""
         for trial_id, events in self.journal.read().items():
             rec = None
-            for kind, payload in events:
-                if kind == "trial":
-                    rec = TrialRecord(trial_id=trial_id, values=payload.get("values", {}),
-                                      seed=int(payload.get("seed", 0)),
-                                      role=str(payload.get("role", "search")),
-                                      lr_scale=float(payload.get("lr_scale", 1.0)))
-                elif rec is not None and kind == "metrics":
-                    _append(rec.history, payload)
-                elif rec is not None and kind == "retry":
-                    rec.retries = int(payload.get("retries", rec.retries + 1))
-                elif rec is not None and kind == "outcome":
-                    rec.status, rec.reason = payload["status"], payload.get("reason")
-                    rec.stop_step = payload.get("stop_step")
-                    rec.evidence = dict(payload.get("evidence") or {})
-                    rec.error = payload.get("error")
-                    rec.warnings = list(payload.get("warnings") or [])
-                    rec.finished = bool(payload.get("finished"))
-                    rec.diagnosis = payload.get("diagnosis")
+            for line, (kind, payload) in enumerate(events, start=1):  # one event per line
+                try:
+                    rec = _load_event(trial_id, rec, kind, payload)
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise JournalDamaged(self.journal.folder / f"{trial_id}.jsonl", line,
+                                         f"the {kind!r} event does not hold what sweeps "
+                                         f"wrote ({type(exc).__name__}: {exc})") from None
             if rec is not None:
                 self.trials[trial_id] = rec
 
@@ -285,6 +274,29 @@ class TrialBook:
         if not seen:
             return 1e6 if obj.mode == "min" else -1e6
         return max(seen) if obj.mode == "min" else min(seen)
+
+
+def _load_event(trial_id: str, rec: TrialRecord | None, kind: str,
+                payload: dict[str, Any]) -> TrialRecord | None:
+    """Apply one journal event to the trial's record (a ``trial`` event starts it)."""
+    if kind == "trial":
+        rec = TrialRecord(trial_id=trial_id, values=dict(payload.get("values") or {}),
+                          seed=int(payload.get("seed", 0)),
+                          role=str(payload.get("role", "search")),
+                          lr_scale=float(payload.get("lr_scale", 1.0)))
+    elif rec is not None and kind == "metrics":
+        _append(rec.history, payload)
+    elif rec is not None and kind == "retry":
+        rec.retries = int(payload.get("retries", rec.retries + 1))
+    elif rec is not None and kind == "outcome":
+        rec.status, rec.reason = str(payload["status"]), payload.get("reason")
+        rec.stop_step = payload.get("stop_step")
+        rec.evidence = dict(payload.get("evidence") or {})
+        rec.error = payload.get("error")
+        rec.warnings = list(payload.get("warnings") or [])
+        rec.finished = bool(payload.get("finished"))
+        rec.diagnosis = payload.get("diagnosis")
+    return rec
 
 
 def last_step(history: list[dict[str, Any]]) -> int:
