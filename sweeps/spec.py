@@ -315,6 +315,28 @@ def _resolve(rel: str, base_dir: Path) -> Path:
     return beside if beside.exists() or not (Path.cwd() / p).exists() else Path.cwd() / p
 
 
+#: ``extends: sweeps:<name>`` (or a ``search_spaces/<name>.yaml`` found nowhere else) names
+#: a search space shipped inside the package.
+PACKAGED_PREFIX = "sweeps:"
+
+
+def _space_file(rel: str, base_dir: Path) -> Path:
+    """A search space file: beside the sweep file or in the working directory (see
+    :func:`_resolve`), else the copy shipped in the package, so ``search_spaces/default.yaml``
+    works from any folder and any install; ``sweeps:default`` always means the shipped one."""
+    from importlib.resources import files
+
+    shipped = Path(str(files("sweeps") / "search_spaces"))
+    if rel.startswith(PACKAGED_PREFIX):
+        return shipped / f"{rel[len(PACKAGED_PREFIX):]}.yaml"
+    path = _resolve(rel, base_dir)
+    parts = Path(rel).parts
+    if not path.exists() and len(parts) >= 2 and parts[-2] == "search_spaces" and \
+            (shipped / parts[-1]).is_file():
+        return shipped / parts[-1]
+    return path
+
+
 def _base_config(value: str | dict[str, Any] | None, base_dir: Path) -> dict[str, Any]:
     if value is None:
         return {}
@@ -338,7 +360,7 @@ def _base_config(value: str | dict[str, Any] | None, base_dir: Path) -> dict[str
 
 def _space(value: str | dict[str, Any], base_dir: Path) -> dict[str, _Knob]:
     if isinstance(value, str):
-        raw = read_yaml(_resolve(value, base_dir), "search_space")
+        raw = read_yaml(_space_file(value, base_dir), "search_space")
         key_root = "search_space"
         if not isinstance(raw, Mapping):
             raise SpecError("search_space", f"{value} holds a {type(raw).__name__}, "
@@ -350,8 +372,8 @@ def _space(value: str | dict[str, Any], base_dir: Path) -> dict[str, _Knob]:
         ext = raw.pop("extends")
         if not isinstance(ext, str):
             raise SpecError("search_space.extends", "must be a path to a search space file",
-                            "write e.g. 'extends: search_spaces/default.yaml'")
-        base = read_yaml(_resolve(ext, base_dir), "search_space.extends")
+                            "write e.g. 'extends: sweeps:default' (the six default knobs)")
+        base = read_yaml(_space_file(ext, base_dir), "search_space.extends")
         if not isinstance(base, Mapping):
             raise SpecError("search_space.extends", f"{ext} holds a {type(base).__name__}, "
                             "not a mapping", "point it at a search space file")
