@@ -1,4 +1,5 @@
-"""Command line: ``sweeps run|try|validate``."""
+"""Command line: ``sweeps COMMAND`` (run, resume, best, try, stability, preflight, report,
+audit, validate, submit, jobs, slurm; ``sweeps --help`` lists them)."""
 
 from __future__ import annotations
 
@@ -212,6 +213,40 @@ def cmd_preflight(args: argparse.Namespace) -> int:
 
 
 def print_outcome(outcome) -> None:
+    """The end-of-run summary: the trials table on a terminal, a compact list that fits 80
+    columns elsewhere (a log file, nohup, SLURM's output file); then the selection."""
+    if console.is_terminal:
+        print_trials_table(outcome)
+    else:
+        print_top_trials(outcome)
+    print_counts_and_selection(outcome)
+
+
+#: Search trials the compact summary lists.
+TOP_TRIALS = 5
+
+
+def print_top_trials(outcome) -> None:
+    """The best ``ok`` search trials, each on two lines of at most 80 columns."""
+    import textwrap
+
+    sweep, trials = outcome.sweep, outcome.trials
+    first = sweep.objectives[0]
+    col = f"objective_{first.metric}"
+    ok = trials[(trials["role"] == "search") & (trials["status"] == "ok")]
+    if col in ok:
+        ok = ok.sort_values(col, ascending=first.mode == "min")
+    console.print(f"top search trials by {first.metric} ({len(ok)} ok; every trial is in "
+                  "trials.csv):", markup=False)
+    for _, row in ok.head(TOP_TRIALS).iterrows():
+        console.print(f"  {row['trial_id']}  {first.metric} {_fmt(row.get(col))}",
+                      markup=False)
+        knobs = " ".join(f"{k}={_fmt(row.get(k))}" for k in sweep.space)
+        for line in textwrap.wrap(knobs, width=74):
+            console.print(f"      {line}", markup=False)
+
+
+def print_trials_table(outcome) -> None:
     sweep, trials = outcome.sweep, outcome.trials
     table = Table(title=f"Trials of sweep '{sweep.name}'")
     objs = [f"objective_{o.metric}" for o in sweep.objectives]
@@ -223,6 +258,10 @@ def print_outcome(outcome) -> None:
         table.add_row(row["trial_id"], row["role"], row["status"], why,
                       *[_fmt(row.get(k)) for k in sweep.space], *[_fmt(row.get(c)) for c in objs])
     console.print(table)
+
+
+def print_counts_and_selection(outcome) -> None:
+    sweep, trials = outcome.sweep, outcome.trials
     search = trials[trials["role"] == "search"]
     counts = search["status"].value_counts().to_dict()
     console.print("search: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
@@ -272,7 +311,9 @@ def print_selection(outcome) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sweeps", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="sweeps", description="Hyperparameter search and stability sweeps for PyTorch "
+        "training. Every command is listed below; sweeps COMMAND --help for its options.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("run", help="run a sweep: search, confirm, write stable YAMLs")

@@ -215,3 +215,21 @@ def test_search_on_quality_alone_keeps_the_constraint(linreg_dir, ray_session, m
     assert failed and all(t.constraints == {"stability": 1.0} for t in failed)
     pareto = pd.read_csv(out / "pareto.csv")
     assert {"val_loss", "instability"} <= set(pareto.columns), "selection uses every objective"
+
+
+def test_end_of_run_summary_fits_80_columns_in_a_log_file(linreg_dir, ray_session, capsys,
+                                                          monkeypatch):
+    edit_linreg(linreg_dir, name="logfile",
+                search_space={"lr": {"type": "loguniform", "low": 0.01, "high": 0.1},
+                              "momentum": {"type": "uniform", "low": 0.0, "high": 0.5}},
+                write_back={"lr": "train.lr", "momentum": "train.momentum"},
+                budget={"trials": 3, "max_steps": 30, "concurrent": 2, "scheduler": "none"},
+                confirm={"seeds": 1, "lr_probe": 0, "keep": 1})
+    monkeypatch.chdir(linreg_dir)
+    assert main(["run", "linreg.yaml", "--quiet", "--no-preflight"]) == 0
+    out = capsys.readouterr().out  # not a terminal: the compact summary
+    assert "┃" not in out and "…" not in out, "no rich table squeezed into 80 columns"
+    top = out[out.index("top search trials by val_loss"):out.index("search: ")]
+    lines = top.splitlines()
+    assert len(lines) >= 3 and all(len(line) <= 80 for line in lines)
+    assert "lr=" in top and "momentum=" in top
