@@ -93,6 +93,17 @@ def _ring_front(ax: Axes, front: pd.DataFrame, x: str, y: str, confirmed: set[st
                     textcoords="offset points", fontsize=8)
 
 
+def _at_the_edge(ax: Axes, failed: pd.DataFrame, x: str) -> None:
+    """Failed trials (drawn at the penalty value Optuna was told, which would squash the
+    rest into a corner) as crosses on the top edge of axes scaled to the other trials."""
+    xlim, ylim = ax.get_xlim(), ax.get_ylim()
+    xs = failed[x].clip(min(xlim), max(xlim))
+    ax.scatter(xs, [max(ylim)] * len(xs), marker="X", c=STATUS_COLOURS["unstable"], s=36,
+               clip_on=False, zorder=3, label=f"failed ({len(failed)}), on the top edge")
+    ax.set_xlim(xlim)
+    ax.set_ylim(ylim)
+
+
 def pareto_plot(search: pd.DataFrame, pareto: pd.DataFrame, objectives: Sequence[str],
                 modes: dict[str, str], path: Path) -> Path | None:
     """Quality vs the second objective (and vs step_time), front ringed; None if no data."""
@@ -118,12 +129,16 @@ def pareto_plot(search: pd.DataFrame, pareto: pd.DataFrame, objectives: Sequence
     for ax, (other, col) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels,
                                 strict=True):
         part = frame[frame[quality].notna() & frame[col].notna()]
-        _scatter_by_status(ax, part, quality, col)
+        failed = part["status"].isin(("unstable", "crash"))
+        shown = part[~failed] if (~failed).any() else part
+        _scatter_by_status(ax, shown, quality, col)
         front = part[part["trial_id"].isin(ranks)].assign(
             front_rank=lambda f: f["trial_id"].map(ranks))
         _ring_front(ax, front, quality, col, confirmed)
-        _auto_log(ax, "x", part[quality])
-        _auto_log(ax, "y", part[col])
+        _auto_log(ax, "x", shown[quality])
+        _auto_log(ax, "y", shown[col])
+        if len(shown) < len(part):
+            _at_the_edge(ax, part[failed], quality)
         note = "" if f"objective_{other}" in search else " — not an objective"
         ax.set_xlabel(_label(objectives[0], modes.get(objectives[0])))
         ax.set_ylabel(_label(other, modes.get(other)) + note)
