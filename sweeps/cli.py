@@ -18,7 +18,7 @@ from rich.table import Table
 from sweeps.audit import add_commands as add_audit_commands
 from sweeps.cluster.jobs import add_commands as add_cluster_commands
 from sweeps.cluster.slurm import add_commands as add_slurm_commands
-from sweeps.errors import PreflightFailed, SpecError
+from sweeps.errors import ClusterNotReady, PreflightFailed, SpecError
 
 console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -393,9 +393,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpecError as exc:
         print(f"error: {exc.key}: {exc.problem}.\n  fix: {exc.fix}", file=sys.stderr)
         return SpecError.exit_code
-    except PreflightFailed as exc:
+    except (PreflightFailed, ClusterNotReady) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return PreflightFailed.exit_code
+        return exc.exit_code
     except KeyboardInterrupt:
         err_console.print("interrupted")
         return 130

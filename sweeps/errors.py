@@ -23,3 +23,9 @@ class PreflightFailed(Exception):
     """Preflight found a problem that would waste every trial; the CLI exits with 3."""
 
     exit_code = 3
+
+
+class ClusterNotReady(Exception):
+    """A cluster did not become ready to take a job in time; the CLI exits with 1."""
+
+    exit_code = 1

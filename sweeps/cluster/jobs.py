@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sweeps.cluster import auth
-from sweeps.errors import SpecError
+from sweeps.errors import ClusterNotReady, SpecError
 
 if TYPE_CHECKING:
     from ray.job_submission import JobSubmissionClient
@@ -167,7 +167,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
                 preflight=not args.no_preflight, pip=args.pip or [], env_pairs=args.env or [])
     client = connect(args.address)
     try:
-        job_id = client.submit_job(**sub.kwargs())
+        job_id = submit_when_ready(client, sub.kwargs())
     except ValueError as exc:
         if "exceeds the maximum size" not in str(exc):
             raise
@@ -190,7 +190,54 @@ def cmd_submit(args: argparse.Namespace) -> int:
                           f"(sweeps jobs stop {job_id} ends it)")
         raise
     err_console.print(f"job {job_id}: {status}")
+    if status == "FAILED":
+        _explain_failure(client, job_id)
     return 0 if status == "SUCCEEDED" else 1
+
+
+#: How long ``sweeps submit`` waits for a head's job agent to come up (seconds).
+AGENT_WAIT = 60.0
+#: The Jobs API's answer while the head's job agent is not up yet.
+NO_AGENT = "No available agent to submit job"
+#: What a job's log holds when the cluster's Python has no sweeps.
+NO_SWEEPS = "No module named 'sweeps'"
+
+
+def submit_when_ready(client: Any, kwargs: dict[str, Any], wait: float = AGENT_WAIT,
+                      sleep: Any = time.sleep) -> str:
+    """``client.submit_job``, retried with backoff while the head's job agent is not up
+    (right after ``ray start --head`` the Jobs API answers before its agent); after
+    ``wait`` seconds one clear error."""
+    delay, waited = 1.0, 0.0
+    while True:
+        try:
+            return client.submit_job(**kwargs)
+        except RuntimeError as exc:
+            if NO_AGENT not in str(exc):
+                raise
+            if waited >= wait:
+                raise ClusterNotReady(
+                    f"the Ray head at {client.get_address()} still has no job agent after "
+                    f"{waited:.0f} s (it answers '{NO_AGENT}'); check `ray status` on the "
+                    "head, or restart it with `ray start --head`") from exc
+            sleep(delay)
+            waited += delay
+            delay = min(delay * 2, 10.0)
+
+
+def _explain_failure(client: Any, job_id: str) -> None:
+    """Say how to fix a job that failed because the cluster's Python has no sweeps."""
+    try:
+        logs = client.get_job_logs(job_id)
+    except Exception:  # noqa: BLE001 - an explanation is a courtesy, never a new failure
+        return
+    if NO_SWEEPS in logs:
+        err_console.print(
+            "the job's Python has no sweeps: the Ray head runs jobs in the Python it was "
+            "started from. Start the head from the environment where sweeps is installed "
+            "(`ray start --head` with that environment active), or let the job install it: "
+            "`sweeps submit ... --pip sweeps` (or a path/URL pip can install).",
+            markup=False)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -213,6 +260,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     for key, value in rows:
         if value not in (None, ""):
             console.print(f"  {key}: {value}")
+    if status == "FAILED":
+        _explain_failure(client, args.job)
     return 0
 
 
