@@ -163,3 +163,18 @@ def test_sweep_runs_as_a_slurm_job(linreg_dir, slurm_env, capsys):
     assert "(0 process(es) left)" in log
     assert not list((slurm_env / "tokens").glob("ray-token-*"))
     assert not Path(f"/tmp/sweeps-ray-{job}").exists()
+
+
+def test_partition_time_and_cpus_can_be_left_to_the_site(linreg_dir, monkeypatch, capsys):
+    """No --partition, --time or --cpus-per-node: their #SBATCH lines are left out (the
+    site's defaults apply), the CPUs come from the sweep, and the dry run says so."""
+    monkeypatch.setenv("SWEEPS_TOKEN_DIR", str(linreg_dir / "tokens"))
+    monkeypatch.chdir(linreg_dir)
+    sweep = small_sweep(linreg_dir)  # one trial at a time, 1 CPU each
+    assert sweeps_slurm(str(sweep), "--nodes", "1", "--dry-run") == 0
+    out, err = capsys.readouterr()
+    assert "#SBATCH --time" not in out and "#SBATCH --partition" not in out
+    assert "#SBATCH --cpus-per-task=1" in out and "@@" not in out
+    assert "--time not given" in err and "--partition not given" in err
+    assert "--cpus-per-node not given: 1" in err
+    assert subprocess.run(["bash", "-n"], input=out, text=True).returncode == 0

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,11 +25,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("slurm", help="run a sweep as a SLURM job: Ray over the allocation")
     p.add_argument("file", help="sweep file (YAML)")
     p.add_argument("--nodes", type=int, default=1, help="nodes (Ray head + workers); default 1")
-    p.add_argument("--cpus-per-node", type=int, required=True, help="CPUs Ray uses per node")
+    p.add_argument("--cpus-per-node", type=int, default=None,
+                   help="CPUs Ray uses per node (default: resources.cpu x the trials that "
+                   "run at once on a node, from budget.concurrent)")
     p.add_argument("--gpus-per-node", type=int, default=0,
                    help="GPUs per node (--gres=gpu:G); each trial gets 1 unless the sweep says")
-    p.add_argument("--time", required=True, help="time limit, [D-]HH:MM:SS")
-    p.add_argument("--partition", required=True)
+    p.add_argument("--time", default=None,
+                   help="time limit, [D-]HH:MM:SS (default: the partition's)")
+    p.add_argument("--partition", default=None, help="(default: the cluster's default)")
     p.add_argument("--account", default=None)
     p.add_argument("--output-dir", default=None,
                    help="results root on a path every node sees (default: the sweep's output:)")
@@ -56,11 +60,18 @@ def plan(args: argparse.Namespace, opts: JobOptions) -> Plan:
     """Validate the sweep and the options here and render the script; nothing is written."""
     from sweeps.spec import load_sweep
 
-    validate(opts)
     sweep = load_sweep(args.file, output=args.output_dir)
+    defaulted = _defaults_noted(opts)
+    if opts.cpus_per_node is None:
+        cpus = default_cpus(sweep, opts.nodes)
+        opts = replace(opts, cpus_per_node=cpus)
+        defaulted.append(f"--cpus-per-node not given: {cpus} (resources.cpu "
+                         f"{sweep.spec.resources.cpu:g} x budget.concurrent "
+                         f"{sweep.spec.budget.concurrent} over {opts.nodes} node(s))")
+    validate(opts)
     _check_resources(sweep.spec.resources.cpu, sweep.spec.resources.gpu, opts)
     template = _read_template(args.template)
-    if not args.dry_run:
+    if not args.dry_run and opts.partition is not None:
         _check_partition(opts.partition)
     results = sweep.output_dir.parent
     folder = results / f"{sweep.name}.slurm"
@@ -77,7 +88,7 @@ def plan(args: argparse.Namespace, opts: JobOptions) -> Plan:
                     log=folder / "slurm-%j.out", pythonpath=pythonpath)
     return Plan(script=script, script_path=folder / f"sweep-{stamp}.sbatch",
                 sweep_file=sweep_file, override=override, results=results / sweep.name,
-                notes=_notes(sweep, opts, override is not None))
+                notes=defaulted + _notes(sweep, opts, override is not None))
 
 
 def cmd_slurm(args: argparse.Namespace) -> int:
@@ -129,6 +140,24 @@ def gpu_override(sweep: Sweep) -> str:
     data["resources"]["gpu"] = 1
     load_sweep_dict(data, base_dir=sweep.base_dir, import_trainer=False)
     return yaml.safe_dump(data, sort_keys=False)
+
+
+def default_cpus(sweep: Sweep, nodes: int) -> int:
+    """CPUs per node for the trials that run at once: resources.cpu x budget.concurrent,
+    spread over the nodes (at least one trial's worth)."""
+    per_node = -(-sweep.spec.budget.concurrent // nodes)
+    return max(1, math.ceil(sweep.spec.resources.cpu * per_node))
+
+
+def _defaults_noted(opts: JobOptions) -> list[str]:
+    notes = []
+    if opts.time is None:
+        notes.append("--time not given: no #SBATCH --time line, so the partition's default "
+                     "time limit applies (the sweep is told to stop 120 s before it)")
+    if opts.partition is None:
+        notes.append("--partition not given: no #SBATCH --partition line, so the cluster's "
+                      "default partition is used")
+    return notes
 
 
 def _check_resources(cpu: float, gpu: float, opts: JobOptions) -> None:

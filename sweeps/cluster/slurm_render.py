@@ -27,8 +27,8 @@ class JobOptions:
     nodes: int
     cpus_per_node: int
     gpus_per_node: int
-    time: str
-    partition: str
+    time: str | None  # None: the partition's default time limit
+    partition: str | None  # None: the cluster's default partition
     account: str | None = None
     port_base: int | None = None
     auth: bool = True
@@ -56,7 +56,7 @@ def validate(opts: JobOptions) -> None:
                             ("--gpus-per-node", opts.gpus_per_node, 0)):
         if value < low:
             raise SpecError(key, f"{value} is below {low}", f"give {key} {max(low, 1)} or more")
-    if time_seconds(opts.time) < 300:
+    if opts.time is not None and time_seconds(opts.time) < 300:
         raise SpecError("--time", f"{opts.time} is under 5 minutes", "give at least 00:05:00: "
                         "the job is told to stop 120 s before its time limit")
     for key, value in (("--partition", opts.partition), ("--account", opts.account)):
@@ -82,7 +82,9 @@ def sbatch_lines(opts: JobOptions) -> str:
 def render(template: str, opts: JobOptions, *, name: str, python: str, ray: list[str],
            sweep_file: Path, results: Path, workdir: Path, log: Path,
            pythonpath: str = "") -> str:
-    """Fill in the template's ``@@FIELD@@``s; a field the template lacks or we lack is an error."""
+    """Fill in the template's ``@@FIELD@@``s; a field the template lacks or we lack is an
+    error. A line holding a field the user left to SLURM's defaults (``--time``,
+    ``--partition``) is left out."""
     block, slots = port_block(opts.cpus_per_node)
     q = shlex.quote
     fields = {
@@ -99,6 +101,9 @@ def render(template: str, opts: JobOptions, *, name: str, python: str, ray: list
     if missing:
         raise SpecError("--template", f"unknown field(s) {', '.join(sorted(missing))}",
                         "use the fields of cluster/slurm/sweep.sbatch")
+    unset = [k for k, v in fields.items() if v is None]  # left to the site's SLURM defaults
+    template = "".join(line for line in template.splitlines(keepends=True)
+                       if not any(f"@@{k}@@" in line for k in unset))
     text = template.replace("@@EXTRA_SBATCH@@\n", fields["EXTRA_SBATCH"] + "\n"
                             if fields["EXTRA_SBATCH"] else "")
     return _FIELD.sub(lambda m: fields[m.group(1)], text)
