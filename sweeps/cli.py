@@ -75,7 +75,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     outcome = run_sweep(sweep, address=args.address, progress=not args.quiet,
                         tracking_uri=args.tracking_uri, check=not args.no_preflight)
     print_outcome(outcome)
-    return 0
+    return all_crashed(outcome.trials, sweep.output_dir)
+
+
+def all_crashed(trials, folder: Path) -> int:
+    """1, with the first traceback's path, when every search trial crashed (the trainer
+    raised: an error to fix, not a result); else 0."""
+    search = trials[trials["role"] == "search"] if len(trials) else trials
+    if not len(search) or not (search["status"] == "crash").all():
+        return 0
+    first = search.iloc[0]
+    path = folder / "trials" / f"{first['trial_id']}.error.txt"
+    err_console.print(f"error: every search trial crashed ({len(search)}); the first: "
+                      f"{first.get('evidence') or first['reason']}; traceback: {path}",
+                      markup=False)
+    return 1
 
 
 def cmd_stability(args: argparse.Namespace) -> int:
@@ -133,6 +147,11 @@ def cmd_stability(args: argparse.Namespace) -> int:
     for w in result.warnings:
         console.print(f"warning: {w}")
     console.print("written: " + ", ".join(str(f) for f in result.files))
+    if len(result.table) and (result.table["verdict"] == "crashed").all():
+        err_console.print("error: the trainer crashed on every grid point and seed (not an "
+                          "instability): see the tracebacks in "
+                          f"{sweep.output_dir / 'stability_trials'}/*.error.txt")
+        return 1
     return 0
 
 
@@ -142,7 +161,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     outcome = resume_sweep(Path(args.dir), address=args.address, progress=not args.quiet,
                            tracking_uri=args.tracking_uri)
     print_outcome(outcome)
-    return 0
+    return all_crashed(outcome.trials, outcome.sweep.output_dir)
 
 
 def cmd_best(args: argparse.Namespace) -> int:

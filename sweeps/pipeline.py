@@ -96,7 +96,8 @@ def save_resolved(sweep: Sweep) -> None:
     out = sweep.output_dir
     write_text(out / "sweep.yaml", yaml.safe_dump(data, sort_keys=False))
     write_text(out / "sweep_state.json", json.dumps({
-        "source": str(sweep.source or ""), "base_dir": str(sweep.base_dir)}, indent=2))
+        "source": str(sweep.source or ""), "base_dir": str(sweep.base_dir),
+        "workdir": str(sweep.workdir)}, indent=2))
 
 
 def load_resolved(folder: Path) -> Sweep:
@@ -106,8 +107,9 @@ def load_resolved(folder: Path) -> Sweep:
     state = state_check.read_sweep_state(folder)
     data = read_yaml(folder / "sweep.yaml", "DIR/sweep.yaml")
     sweep = load_sweep_dict(data, base_dir=Path(state["base_dir"]))
-    src = state.get("source")
-    return replace(sweep, output_dir=folder, source=Path(src) if src else None)
+    src, workdir = state.get("source"), state.get("workdir")
+    return replace(sweep, output_dir=folder, source=Path(src) if src else None,
+                   workdir=Path(workdir) if workdir else sweep.workdir)
 
 
 def _require_sweep(folder: Path) -> None:

@@ -112,6 +112,8 @@ class ProgressLines(Callback):
         what = rec.status if not rec.reason else f"{rec.status} ({rec.reason} @ {rec.stop_step})"
         if rec.diagnosis:
             what += f" · {rec.diagnosis_text()}"
+        if rec.status == "crash" and rec.evidence.get("error"):
+            what += f": {str(rec.evidence['error'])[:160]}"
         count = f"{self.done}/{self.total}" if self.total is not None else self.count()
         return f"[{count}] {rec.trial_id} {what}  {knobs}"
 

@@ -193,6 +193,9 @@ class Sweep:
     objectives: list[Objective]
     source: Path | None = None
     notes: list[str] = field(default_factory=list)
+    #: The folder sweeps was started from: every trial runs there, so a trainer's relative
+    #: paths mean what they mean in ``sweeps try``.
+    workdir: Path = field(default_factory=Path.cwd)
 
     @property
     def name(self) -> str:

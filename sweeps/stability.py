@@ -133,7 +133,10 @@ class Cell:
                                     for r in stable)
 
     def verdict(self) -> str:
-        """explodes / borderline by the share of seeds that failed hard; else too slow/stable."""
+        """crashed when the trainer raised on every seed (an error, not instability);
+        explodes / borderline by the share of seeds that failed hard; else too slow/stable."""
+        if self.runs and all(r.status == "crash" for r in self.runs):
+            return "crashed"
         hard = [r for r in self.runs if r.failed and r.reason not in SLOW_REASONS]
         if hard:
             return "explodes" if len(hard) > len(self.runs) / 2 else "borderline"
@@ -422,7 +425,8 @@ def draw_map(rows: list[Cell], names: list[str], path, quality: Quality | None =
     import matplotlib.pyplot as plt
 
     colours = {"stable": "#2a9d8f", "stable, poor": "#8ab17d", "too slow": "#e9c46a",
-               "borderline": "#f4a261", "explodes": "#e76f51"}
+               "borderline": "#f4a261", "explodes": "#e76f51",
+               "crashed": "#6d597a"}
     marks = verdicts(rows, quality)
     xs = sorted({c.key[0] for c in rows}, key=_order)
     ys = sorted({c.key[1] for c in rows}, key=_order)

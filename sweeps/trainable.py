@@ -111,6 +111,8 @@ def ray_trainable(config: dict[str, Any], sweep: Sweep) -> None:
     from ray import tune
 
     prepare_process(sweep, int(sweep.spec.resources.cpu))
+    if sweep.workdir.is_dir():  # Ray Tune starts each trial in its own folder; a trainer's
+        os.chdir(sweep.workdir)  # relative paths mean the folder sweeps was started from
     config = flat_config(config)
     restored = tune.get_checkpoint()
     with tempfile.TemporaryDirectory(prefix="sweeps-ckpt-") as local:

@@ -192,3 +192,15 @@ def test_boundary_logic_on_synthetic_cells():
     assert value == 1e-4 and "2x below" in why
     rows[0] = cell(1e-4, ["unstable", "unstable"], reason="flat_at_baseline")
     assert rows[0].verdict() == "too slow"
+
+
+def test_a_trainer_that_raises_is_crashed_not_explodes():
+    runs = [TrialRecord(trial_id=f"c{i}", values={"lr": 0.1}, seed=i, status="crash",
+                        reason="crash", history=[]) for i in range(2)]
+    crashed = stability.Cell((0.1,), runs)
+    assert crashed.verdict() == "crashed"
+    assert stability.boundary([crashed]) == (None, None), "a crash is no stability boundary"
+    mixed = stability.Cell((0.1,), [runs[0], TrialRecord(
+        trial_id="u", values={"lr": 0.1}, seed=2, status="unstable", reason="non_finite",
+        history=[{"step": 1, "loss": 1.0}])])
+    assert mixed.verdict() in ("explodes", "borderline")

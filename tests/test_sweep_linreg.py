@@ -233,3 +233,37 @@ def test_end_of_run_summary_fits_80_columns_in_a_log_file(linreg_dir, ray_sessio
     lines = top.splitlines()
     assert len(lines) >= 3 and all(len(line) <= 80 for line in lines)
     assert "lr=" in top and "momentum=" in top
+
+
+RELATIVE_TRAINER = '''
+from linreg_trainer import train as linreg_train
+
+
+def train(config, report):
+    with open("data/lr_scale.txt") as fh:  # a path relative to where sweeps was started
+        scale = float(fh.read())
+    config["train"]["lr"] = float(config["train"]["lr"]) * scale
+    linreg_train(config, report)
+'''
+
+
+def test_trials_run_where_sweeps_was_started_and_all_crashed_is_an_error(linreg_dir,
+                                                                         ray_session,
+                                                                         monkeypatch, capsys):
+    (linreg_dir / "relative_trainer.py").write_text(RELATIVE_TRAINER)
+    (linreg_dir / "data").mkdir()
+    (linreg_dir / "data" / "lr_scale.txt").write_text("1.0\n")
+    edit_linreg(linreg_dir, name="relative", trainer="relative_trainer:train",
+                search_space={"lr": {"type": "loguniform", "low": 0.01, "high": 0.1}},
+                budget={"trials": 2, "max_steps": 20, "concurrent": 2, "scheduler": "none"},
+                confirm={"seeds": 0, "lr_probe": 0})
+    monkeypatch.chdir(linreg_dir)
+    assert main(["run", "linreg.yaml", "--quiet", "--no-preflight"]) == 0
+    trials = _trials(linreg_dir / "results" / "relative")
+    assert (trials["status"] == "ok").all(), "data/lr_scale.txt was found by every trial"
+
+    (linreg_dir / "data" / "lr_scale.txt").unlink()  # now every trial raises
+    assert main(["run", "linreg.yaml", "--quiet", "--no-preflight"]) == 1
+    err = capsys.readouterr().err
+    assert "every search trial crashed" in err and "FileNotFoundError" in err
+    assert ".error.txt" in err
