@@ -178,6 +178,9 @@ class SweepFile(_Strict):
         default_factory=list, description="knob values the search tries first")
     output: str = "results"
     seed: int = 0
+    new_keys: bool = Field(
+        default=False, description="write_back paths the base config lacks are added to it "
+        "(true) instead of refused (a typo'd path writes a key the trainer never reads)")
 
 
 @dataclass
@@ -276,6 +279,12 @@ def load_sweep_dict(data: Any, *, base_dir: Path, import_trainer: bool = True) -
     _check_initial_points(spec.initial_points, space)
     objectives = list(spec.objectives)
     notes: list[str] = new_path_notes(spec.write_back, base_config)
+    if notes and not spec.new_keys:
+        knob, _, rest = notes[0].partition(": ")
+        raise SpecError(knob, rest.replace(" and will be added to it", "").replace(
+            " (the trainer must read it there)", ", so the trainer would never see the "
+            "sampled value"), "write the path your trainer reads, add the key to the base "
+            "config, or set 'new_keys: true' in the sweep file to add it")
     compile_knob = space.get("compile")
     if compile_knob is not None and not compile_knob.is_fixed() and not any(
             o.metric == "step_time" for o in objectives):

@@ -121,15 +121,24 @@ def test_validate_accepts_the_good_file(linreg_dir, capsys, monkeypatch):
     assert not (linreg_dir / "results").exists()
 
 
-def test_write_back_path_missing_from_the_base_config_is_noted(linreg_dir, capsys, monkeypatch):
+def test_write_back_path_missing_from_the_base_config_is_refused(linreg_dir, capsys,
+                                                                 monkeypatch):
     data = _base(linreg_dir)
     data["write_back"]["lr"] = "train.lrr"  # a typo would write a key the trainer never reads
     path = write_sweep(linreg_dir, data, "typo.yaml")
     monkeypatch.chdir(linreg_dir)
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "write_back.lr: 'train.lrr' is not in the base config" in err
+    assert "did you mean 'train.lr'?" in err and "never see the sampled value" in err
+    assert "new_keys: true" in err
+    assert main(["run", str(path)]) == 2
+    assert not (linreg_dir / "results").exists(), "nothing written"
+    data["new_keys"] = True  # the user means it: the key is added, with a note
+    write_sweep(linreg_dir, data, "typo.yaml")
     assert main(["validate", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "write_back.lr: 'train.lrr' is not in the base config" in out
-    assert "did you mean 'train.lr'?" in out
+    assert "write_back.lr: 'train.lrr' is not in the base config and will be added" in out
 
 
 def test_a_base_value_outside_a_log_range_is_not_an_error(linreg_dir):

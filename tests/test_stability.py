@@ -153,6 +153,7 @@ def test_two_knob_map_and_clip_warning(linreg_dir, ray_session, capsys, monkeypa
     data = yaml.safe_load((linreg_dir / "linreg.yaml").read_text())
     data["search_space"]["grad_clip"] = {"type": "uniform", "low": 0.0, "high": 10.0}
     data["write_back"]["grad_clip"] = "train.grad_clip"
+    data["new_keys"] = True  # the base config has no grad_clip
     (linreg_dir / "linreg.yaml").write_text(yaml.safe_dump(data))
     assert main(["stability", "linreg.yaml", "--param", "lr", "--values", "0.01,5",
                  "--and", "grad_clip=0.01,10", "--seeds", "1", "--quiet",

@@ -222,7 +222,7 @@ def test_end_of_run_summary_fits_80_columns_in_a_log_file(linreg_dir, ray_sessio
     edit_linreg(linreg_dir, name="logfile",
                 search_space={"lr": {"type": "loguniform", "low": 0.01, "high": 0.1},
                               "momentum": {"type": "uniform", "low": 0.0, "high": 0.5}},
-                write_back={"lr": "train.lr", "momentum": "train.momentum"},
+                write_back={"lr": "train.lr", "momentum": "train.momentum"}, new_keys=True,
                 budget={"trials": 3, "max_steps": 30, "concurrent": 2, "scheduler": "none"},
                 confirm={"seeds": 1, "lr_probe": 0, "keep": 1})
     monkeypatch.chdir(linreg_dir)
