@@ -51,17 +51,26 @@ def _parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
         key, sep, raw = pair.partition("=")
         if not sep or not key:
             raise SpecError(f"--set {pair}", "not of the form knob=value", "write e.g. lr=1e-3")
-        out[key.strip()] = yaml.safe_load(raw)
+        value = yaml.safe_load(raw)
+        if isinstance(value, str):  # YAML 1.1 reads 1e-5 (no dot) as text: a number is meant
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        out[key.strip()] = value
     return out
 
 
 def cmd_try(args: argparse.Namespace) -> int:
     from sweeps.spec import load_sweep
-    from sweeps.tryout import try_trial
+    from sweeps.tryout import lr_not_followed, try_trial, try_values
 
     sweep = load_sweep(args.file)
-    rec = try_trial(sweep, _parse_sets(args.set or []), steps=args.steps,
-                    seed=args.seed, every=args.print_every, console=console)
+    sets = _parse_sets(args.set or [])
+    rec = try_trial(sweep, sets, steps=args.steps, seed=args.seed, every=args.print_every,
+                    console=console)
+    if lr_not_followed(try_values(sweep, sets).get("lr"), rec.history):
+        return 2
     return 0 if rec.verdict is None else 1
 
 

@@ -53,13 +53,40 @@ def try_trial(sweep: Sweep, sets: dict[str, Any], *, steps: int | None = None,
             console.print("  " + "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else
                                            f"{k}={v}" for k, v in shown.items()))
 
-    config = {**values, SEED_KEY: seed if seed is not None else sweep.spec.seed}
+    seed = seed if seed is not None else sweep.spec.seed
+    console.print(f"seed {seed}, {sweep.spec.budget.max_steps} steps")
+    config = {**values, SEED_KEY: seed}
     reporter = run_trainer(sweep, config, "try", sink)
+    unfollowed = lr_not_followed(values.get("lr"), reporter.history)
+    if unfollowed:
+        console.print(f"[bold red]error[/]: {unfollowed} (write_back.lr: "
+                      f"'{sweep.spec.write_back.get('lr')}'); the sweep would tune nothing")
     if reporter.verdict is None:
         console.print(f"no rule fired over {len(reporter.history)} reports: stable")
     else:
         console.print(f"[bold red]stopped[/]: {reporter.verdict.summary()}")
     return reporter
+
+
+#: The optimizer's peak LR must lie within this factor of the sampled lr (a schedule's
+#: warmup may not reach the peak in a short try; a LR that ignores the knob is far off).
+LR_FOLLOW_FACTOR = 100.0
+
+
+def lr_not_followed(sampled: Any, history: list[dict[str, Any]]) -> str | None:
+    """Why the LR the trainer reports does not follow the sampled ``lr``, or None."""
+    from sweeps import objectives
+
+    if not isinstance(sampled, (int, float)) or sampled <= 0:
+        return None
+    reported = objectives.series(history, "lr")
+    if not reported or max(reported) <= 0:
+        return None
+    ratio = max(reported) / float(sampled)
+    if 1 / LR_FOLLOW_FACTOR <= ratio <= LR_FOLLOW_FACTOR:
+        return None
+    return (f"the optimizer's LR (peak {max(reported):.3g}) does not follow the sampled lr "
+            f"{float(sampled):.3g}: the trainer does not read the lr knob's path")
 
 
 def _with_budget(sweep: Sweep, steps: int) -> Sweep:

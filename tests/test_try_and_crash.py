@@ -9,6 +9,7 @@ from sweeps.cli import main
 from sweeps.failures import classify
 from sweeps.spec import load_sweep
 from sweeps.trainable import run_trainer
+from tests.conftest import edit_linreg
 
 
 def test_try_reports_a_stable_run(linreg_dir, capsys, monkeypatch):
@@ -71,3 +72,16 @@ def test_classify_oom_and_compile_errors():
     except Exception as exc:  # noqa: BLE001
         assert classify(exc) == "compile_error"
     assert classify(KeyError("x")) == "crash"
+
+
+def test_try_says_when_the_lr_knob_does_not_reach_the_optimizer(linreg_dir, capsys,
+                                                                monkeypatch):
+    monkeypatch.chdir(linreg_dir)
+    assert main(["try", "linreg.yaml", "--set", "lr=0.05", "--steps", "10"]) == 0
+    assert "does not follow" not in capsys.readouterr().out
+    # a write-back path the trainer never reads: the optimizer keeps the base config's 0.1
+    edit_linreg(linreg_dir, write_back={"lr": "train.learning_rate"}, new_keys=True)
+    assert main(["try", "linreg.yaml", "--set", "lr=1e-5", "--steps", "10"]) == 2
+    out = capsys.readouterr().out
+    assert "does not follow the sampled lr 1e-05" in out and "train.learning_rate" in out
+    assert "seed 0" in out
