@@ -264,8 +264,10 @@ def _thin(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.iloc[idx]
 
 
-def curves_plot(curves: Sequence[Curve], title: str, path: Path) -> Path | None:
-    """loss, grad_norm (log) and lr vs step, one colour per trial, stop steps marked."""
+def curves_plot(curves: Sequence[Curve], title: str, path: Path,
+                baseline: float | None = None) -> Path | None:
+    """loss, grad_norm (log) and lr vs step, one colour per trial, stop steps marked, and
+    the random-guess loss (``baseline``) as a grey line on the loss panel."""
     if not curves:
         return None
     fig = Figure(figsize=(15, 4.6), layout="constrained")
@@ -290,6 +292,11 @@ def curves_plot(curves: Sequence[Curve], title: str, path: Path) -> Path | None:
                 seen += val["v"].tolist()
             if curve.stop_step is not None and math.isfinite(curve.stop_step):
                 ax.axvline(curve.stop_step, color=colour, ls=":", lw=1.2, label=label)
+        if key == "loss" and baseline is not None and seen:
+            ax.axhline(baseline, color="#888", ls="-.", lw=1)
+            ax.annotate(f"random guess {baseline:g}", (0.01, baseline),
+                        xycoords=("axes fraction", "data"), fontsize=8, color="#666",
+                        va="bottom")
         values = pd.Series(seen, dtype=float)
         if key == "grad_norm" and (values > 0).any():
             ax.set_yscale("log")

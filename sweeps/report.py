@@ -38,6 +38,7 @@ class Results:
     kinds: dict[str, str]
     stable: list[str]
     seed: int = 0
+    baseline: float | None = None
 
     @property
     def categorical(self) -> set[str]:
@@ -137,9 +138,12 @@ def load(folder: Path, name: str | None = None, objectives: list[str] | None = N
     kinds = {k: _kind(trials[k], declared.get(k)) for k in knobs}
     stable = sorted(f"stable/{p.name}" for p in (folder / "stable").glob("*.yaml"))
     seed = spec.get("seed", 0)
+    rules = spec.get("rules") if isinstance(spec.get("rules"), dict) else {}
+    baseline = rules.get("baseline_loss")
     return Results(folder, name or str(spec.get("name") or folder.name), trials, pareto,
                    list(objectives), modes, knobs, kinds, stable,
-                   seed if isinstance(seed, int) else 0)
+                   seed if isinstance(seed, int) else 0,
+                   float(baseline) if isinstance(baseline, (int, float)) else None)
 
 
 def _plain(v: Any) -> Any:
@@ -359,7 +363,7 @@ def draw(res: Results, pairs: list[tuple[str, str]] | None = None) -> dict[str, 
     for key, curves, title in (
             ("failed", _failed_curves(res), "Failed trials (dotted line: stop step)"),
             ("top", _top_curves(res), "Pareto-front configs")):
-        path = plots.curves_plot(curves, title, folder / f"curves-{key}.png")
+        path = plots.curves_plot(curves, title, folder / f"curves-{key}.png", res.baseline)
         if path:
             out["curves"].append((path.name, title))
     out["notes"] = notes
