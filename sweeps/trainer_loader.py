@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 import sys
@@ -44,10 +45,14 @@ def load_trainer(target: str, paths: Sequence[str] = (), key: str = "trainer") -
                         f"check the module name and that it imports from {where}") from exc
     func: Any = module
     for part in func_name.split("."):
-        func = getattr(func, part, None)
+        owner, func = func, getattr(func, part, None)
         if func is None:
-            raise SpecError(key, f"{module_name!r} has no attribute {func_name!r}",
-                            f"define 'def {func_name}(config, report)' in {module_name}")
+            names = [n for n in dir(owner) if not n.startswith("_")
+                     and callable(getattr(owner, n, None))]
+            near = difflib.get_close_matches(part, names, n=1)
+            fix = f"did you mean '{module_name}:{near[0]}'?" if near else \
+                f"define 'def {func_name}(config, report)' in {module_name}"
+            raise SpecError(key, f"{module_name!r} has no attribute {func_name!r}", fix)
     if not callable(func):
         raise SpecError(key, f"{target!r} is a {type(func).__name__}, not a function",
                         "point it at a function train(config, report)")

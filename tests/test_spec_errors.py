@@ -52,7 +52,7 @@ CASES = {
     "trainer not callable": (lambda d: d.update(trainer="linreg_trainer:torch"), "trainer",
                              "train(config, report)"),
     "trainer attribute missing": (lambda d: d.update(trainer="linreg_trainer:trian"),
-                                  "trainer", "trian"),
+                                  "trainer", "did you mean 'linreg_trainer:train'?"),
     "trainer wrong form": (lambda d: d.update(trainer="linreg_trainer.train"), "trainer",
                            "module:function"),
     "collision with scalar": (lambda d: d["write_back"].update(lr="experiment.lr"),
