@@ -550,9 +550,29 @@ def _spec_error(exc: ValidationError, root: str, model: Any) -> SpecError:
     if etype in ("union_tag_invalid", "union_tag_not_found"):
         return SpecError(key if key.endswith(".type") else f"{key}.type",
                          "unknown knob type", f"use one of {', '.join(KNOB_TYPES)}")
+    fix = _value_fix(model, loc, err.get("input"))
     if etype == "value_error":
-        return SpecError(key, msg.removeprefix("Value error, "), "correct the value")
-    return SpecError(key, msg[0].lower() + msg[1:], "correct the value")
+        return SpecError(key, msg.removeprefix("Value error, "), fix)
+    return SpecError(key, msg[0].lower() + msg[1:], fix)
+
+
+def _value_fix(model: Any, loc: list[str], given: Any) -> str:
+    """What was given and what the key means (its description), for a value's error."""
+    about = None
+    for name in (p for p in loc if not p.isdigit()):
+        fields = getattr(model, "model_fields", {}) if model is not None else {}
+        field_info = fields.get(name)
+        if field_info is None:
+            about = None
+            break
+        about = field_info.description
+        ann = field_info.annotation
+        args = [a for a in getattr(ann, "__args__", ()) if isinstance(a, type)]
+        candidates = [ann, *args] if isinstance(ann, type) else args
+        model = next((c for c in candidates if issubclass(c, BaseModel)), None)
+    shown = "" if given is None or isinstance(given, (dict, list)) else f"you gave {given!r}"
+    parts = [p for p in (shown, f"it is: {about}" if about else "") if p]
+    return "; ".join(parts) or "give a value of the kind the README's sweep file reference lists"
 
 
 def _known_fields(model: Any, loc: list[str]) -> list[str]:

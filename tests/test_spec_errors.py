@@ -155,3 +155,13 @@ def test_a_base_value_outside_a_log_range_is_not_an_error(linreg_dir):
     sweep = load_sweep(linreg_dir / "linreg.yaml", import_trainer=False)
     (point,) = initial_points(sweep)
     assert 1e-5 < point["lr"] < 30.0
+
+
+def test_a_bad_value_says_what_was_given_and_what_the_key_means(linreg_dir, capsys,
+                                                                monkeypatch):
+    data = _base(linreg_dir)
+    data["confirm"] = {"tolerance": -1}
+    path = write_sweep(linreg_dir, data, "bad.yaml")
+    code, err = _run_cli(linreg_dir, path, capsys, monkeypatch)
+    assert code == 2 and "error: confirm.tolerance:" in err
+    assert "you gave -1; it is: largest gap between a candidate's worst and best seed" in err
