@@ -95,9 +95,9 @@ def all_crashed(trials, folder: Path) -> int:
         return 0
     first = search.iloc[0]
     path = folder / "trials" / f"{first['trial_id']}.error.txt"
+    where = f"; traceback: {path}" if path.exists() else ""
     err_console.print(f"error: every search trial crashed ({len(search)}); the first: "
-                      f"{first.get('evidence') or first['reason']}; traceback: {path}",
-                      markup=False)
+                      f"{first['reason']} {first.get('evidence') or ''}{where}", markup=False)
     return 1
 
 

@@ -140,8 +140,11 @@ def test_decoupled_decay_at_the_same_setting_does_not_collapse():
 def test_tiny_head_init_with_a_too_low_lr_collapses():
     config = config_with(model={"head_init_scale": 1e-3}, training={"lr": 1e-5})
     reporter = judged_run(config)
-    assert reporter.verdict is not None and reporter.verdict.reason == "collapse"
-    assert reporter.verdict.evidence["ratio"] < 0.01
+    # the prediction spread creeps up from its tiny start (so collapse, which spares a
+    # growing spread, waits), while the loss sits at the mean with no progress: stuck
+    assert reporter.verdict is not None
+    assert reporter.verdict.reason in ("collapse", "flat_at_baseline")
+    assert ratio(reporter.history[-1]) < 0.01
 
     reports = plain_run(config)  # and it stays there: loss flat at the mean, val no better
     assert max(ratio(r) for r in reports) < 0.05
