@@ -46,9 +46,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from sweeps import Monitor
+from trainers.regression import TEACHER_SEED_OFFSET, noisy_targets
 
-VAL_SEED_OFFSET = 1_000_003
-TEACHER_SEED_OFFSET = 7_919
 SPURIOUS_SEED_OFFSET = 104_729
 
 
@@ -94,16 +93,7 @@ def make_data(n_train: int, n_val: int, seed: int, in_features: int, noise: floa
     """Training and validation sets of one target function (unit variance signal + noise,
     standardised on the training set): the best MSE is about noise² / (1 + noise²)."""
     f = _random_function(in_features, seed + TEACHER_SEED_OFFSET, gain=gain, wave=wave)
-    g_train = torch.Generator().manual_seed(seed)
-    g_val = torch.Generator().manual_seed(seed + VAL_SEED_OFFSET)
-    x_train = torch.randn(n_train, in_features, generator=g_train)
-    x_val = torch.randn(n_val, in_features, generator=g_val)
-    s_train, s_val = f(x_train), f(x_val)
-    mean, std = s_train.mean(0), s_train.std(0).clamp_min(1e-6)
-    y_train = (s_train - mean) / std + noise * torch.randn(s_train.shape, generator=g_train)
-    y_val = (s_val - mean) / std + noise * torch.randn(s_val.shape, generator=g_val)
-    mean, std = y_train.mean(0), y_train.std(0).clamp_min(1e-6)
-    return x_train, (y_train - mean) / std, x_val, (y_val - mean) / std
+    return noisy_targets(f, n_train, n_val, seed, in_features, noise)
 
 
 def spurious(x: torch.Tensor, seed: int) -> torch.Tensor:

@@ -107,6 +107,17 @@ def make_datasets(
     predicting the mean scores ~1.0.
     """
     f = teacher(in_features, out_features, seed + TEACHER_SEED_OFFSET)
+    x_train, y_train, x_val, y_val = noisy_targets(f, n_train, n_val, seed, in_features, noise)
+    return Samples(x_train, y_train), Samples(x_val, y_val)
+
+
+def noisy_targets(
+    f: Callable[[torch.Tensor], torch.Tensor], n_train: int, n_val: int, seed: int,
+    in_features: int, noise: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Inputs from ``seed`` (validation: ``seed + VAL_SEED_OFFSET``) and targets ``f(x)``:
+    the signal scaled to unit std on the training set, noise of std ``noise`` added, then
+    standardised with the training set's mean and std."""
     g_train = torch.Generator().manual_seed(seed)
     g_val = torch.Generator().manual_seed(seed + VAL_SEED_OFFSET)
     x_train = torch.randn(n_train, in_features, generator=g_train)
@@ -116,10 +127,7 @@ def make_datasets(
     y_train = (s_train - mean) / std + noise * torch.randn(s_train.shape, generator=g_train)
     y_val = (s_val - mean) / std + noise * torch.randn(s_val.shape, generator=g_val)
     mean, std = y_train.mean(0), y_train.std(0).clamp_min(1e-6)
-    return (
-        Samples(x_train, (y_train - mean) / std),
-        Samples(x_val, (y_val - mean) / std),
-    )
+    return x_train, (y_train - mean) / std, x_val, (y_val - mean) / std
 
 
 # --------------------------------------------------------------------------- model
