@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sweeps import state_seal
 from sweeps.atomic import replace_dir, write_text
 from sweeps.errors import SpecError
 from sweeps.objectives import metric_value, quality_gap, series
@@ -49,7 +50,7 @@ PRUNED = "pruned"
 #: Metrics whose non-finite value makes a re-run ``failed`` (not ``grad_norm``: fp16 AMP
 #: skips steps with overflowing gradients on purpose).
 FINITE_KEYS = ("loss", "val_loss")
-_SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
+_SAFE_ID = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 @dataclass
@@ -142,6 +143,7 @@ def pick(stopped: pd.DataFrame, n: int) -> pd.DataFrame:
 
 def knob_values(sweep: Sweep, row: Mapping[str, Any]) -> dict[str, Any]:
     """The trial's knob values as the search gave them, from its row in trials.csv."""
+    from sweeps.results import cell_text
     from sweeps.space import Categorical, Fixed, IntRange
 
     values: dict[str, Any] = {}
@@ -155,7 +157,8 @@ def knob_values(sweep: Sweep, row: Mapping[str, Any]) -> dict[str, Any]:
                 values[name] = None
                 continue
             match = [c for c in knob.choices if c is not None and
-                     (c == raw or str(c) == str(raw) or _same_number(c, raw))]
+                     (c == raw or str(c) in (str(raw), cell_text(raw)) or
+                      _same_number(c, raw))]
             if match:
                 values[name] = match[0]
                 continue
@@ -186,16 +189,28 @@ def _same_number(a: Any, b: Any) -> bool:
 def rerun(sweep: Sweep, trainer: Callable, run: Rerun, steps: int) -> Rerun:
     """Run the trainer once to ``steps`` with the rules only observing; a trainer
     exception ends the re-run as ``crash``."""
-    from sweeps.failures import classify, format_exception
-    from sweeps.reporter import TrialReporter
-    from sweeps.trainable import trial_settings, trial_values
+    from sweeps.failures import (
+        TrainerExit,
+        classify,
+        exit_verdict,
+        format_exception,
+        process_exit_raises,
+    )
+    from sweeps.reporter import TrialReporter, TrialStopped
+    from sweeps.trainable import trainer_metrics, trial_settings, trial_values
 
     values = trial_values(sweep, run.values)  # no _lr_scale: search trials have none
-    reporter = TrialReporter(trial_settings(sweep, values), lambda result: None, observe=True)
+    reporter = TrialReporter(trial_settings(sweep, values), lambda result: None, observe=True,
+                             required=trainer_metrics(sweep))
     config = sweep.trial_config(values, trial_id=run.trial_id, seed=run.seed, max_steps=steps)
     config["sweep"]["checkpoint"] = None
     try:
-        trainer(config, reporter)
+        with process_exit_raises():
+            trainer(config, reporter)
+    except TrialStopped as stop:  # only a bad metric stops an observed run
+        run.status, run.why = "crash", stop.verdict.summary()
+    except (SystemExit, TrainerExit) as exc:
+        run.status, run.why = "crash", exit_verdict(exc, 0).summary()
     except Exception as exc:  # noqa: BLE001 - a trainer error is this re-run's outcome
         run.status, run.error = "crash", format_exception(exc)
         last = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ""
@@ -383,9 +398,12 @@ def markdown(sweep_name: str, result: AuditResult, n_stopped: int, sample: int,
 
 def run_audit(folder: Path, *, sample: int = DEFAULT_SAMPLE, steps: int | None = None,
               pruned: bool = False, margin: float = DEFAULT_MARGIN,
-              echo: Callable[[str], None] = print) -> AuditResult | None:
+              echo: Callable[[str], None] = print,
+              trust_state: bool = False) -> AuditResult | None:
     """Audit the stopped trials of the results folder ``folder`` (see the module
-    docstring); None when there is nothing to audit (nothing is written then)."""
+    docstring); None when there is nothing to audit (nothing is written then). The folder
+    names the trainer to run, so it must be sealed by this account (``trust_state``:
+    :mod:`sweeps.state_seal`)."""
     from sweeps.pipeline import load_resolved
     from sweeps.trainable import prepare_process
     from sweeps.trainer_loader import load_trainer
@@ -405,7 +423,6 @@ def run_audit(folder: Path, *, sample: int = DEFAULT_SAMPLE, steps: int | None =
         raise SpecError("DIR", f"{folder} has a trials.csv but no sweep.yaml (the sweep as "
                         "it ran)", "give the results folder a sweep wrote, not a copy of "
                         "trials.csv alone")
-    sweep = load_resolved(folder)
     trials = read_trials(folder)
     stopped = stopped_trials(trials, pruned)
     chosen = pick(stopped, sample)
@@ -413,6 +430,8 @@ def run_audit(folder: Path, *, sample: int = DEFAULT_SAMPLE, steps: int | None =
         kinds = "unstable or pruned" if pruned else "unstable"
         echo(f"nothing to audit: no search trial in {folder / 'trials.csv'} is {kinds}")
         return None
+    state_seal.check(folder, trust=trust_state)  # the trainer it names is about to run
+    sweep = load_resolved(folder)
     objective = sweep.objectives[0]
     metric, mode = objective.metric, objective.mode
     rules = sweep.spec.rules
@@ -492,18 +511,20 @@ def _write(folder: Path, name: str, result: AuditResult, n_stopped: int, sample:
     """audit/<id>.csv (swapped in whole), audit.csv and audit.md, each atomically."""
     import pandas as pd
 
+    from sweeps.results import write_csv
+
     def fill(tmp: Path) -> None:
         for run in result.reruns:
-            if not _SAFE_ID.match(run.trial_id):
+            if not _SAFE_ID.fullmatch(run.trial_id):
                 continue
             if run.history:
                 write_text(tmp / f"{run.trial_id}.csv",
-                           pd.DataFrame(run.history).to_csv(index=False))
+                           pd.DataFrame(run.history).to_csv(index=False))  # numbers only
             if run.error:
                 write_text(tmp / f"{run.trial_id}.error.txt", run.error)
 
     replace_dir(folder / "audit", fill)
-    write_text(folder / "audit.csv", result.rows.to_csv(index=False))
+    write_csv(folder / "audit.csv", result.rows)
     shown = result.rows.drop(columns=["metric"]).rename(columns={"quality": result.metric})
     shown["gap"] = ["" if pd.isna(g) else f"{100 * g:+.1f} %" for g in shown["gap"]]
     write_text(folder / "audit.md", markdown(name, result, n_stopped, sample, margin, shown))
@@ -512,7 +533,7 @@ def _write(folder: Path, name: str, result: AuditResult, n_stopped: int, sample:
 
 def cmd_audit(args: argparse.Namespace) -> int:
     run_audit(Path(args.dir), sample=args.sample, steps=args.steps, pruned=args.pruned,
-              margin=args.margin)
+              margin=args.margin, trust_state=args.trust_state)
     return 0
 
 
@@ -531,4 +552,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
                    help="largest quality gap to the best ok trial that counts as recovered "
                         f"(default {DEFAULT_MARGIN}: 10 %%)")
+    p.add_argument("--trust-state", action="store_true",
+                   help="audit a folder this account's sweeps did not write (it runs the "
+                   "trainer the folder names)")
     p.set_defaults(func=cmd_audit)

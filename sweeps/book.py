@@ -9,6 +9,7 @@ one :class:`TrialBook`. Only the driver writes files and tracking data.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -89,6 +90,20 @@ class TrialRecord:
 
 
 _BOOKS: dict[str, TrialBook] = {}
+#: The sweep this process runs, by name: a book unpickled from Ray Tune's state binds to it.
+_RUNNING: dict[str, Sweep] = {}
+
+
+def run_here(sweep: Sweep) -> None:
+    """Make ``sweep`` (and its results folder) the one books of its name bind to when Ray
+    Tune's saved state is unpickled, wherever the folder was when that state was saved."""
+    _RUNNING[sweep.name] = sweep
+
+
+def _reopen_book(sweep: Sweep, folder: str) -> TrialBook:
+    """Unpickling a book: the sweep running here if it has that name (a results folder that
+    was moved or copied resumes where it is now), else the saved one."""
+    return open_book(_RUNNING.get(sweep.name, sweep), folder)
 
 
 def open_book(sweep: Sweep, folder: str = "trials") -> TrialBook:
@@ -111,6 +126,7 @@ def close_books() -> None:
     for book in _BOOKS.values():
         book.journal.close_all()
     _BOOKS.clear()
+    _RUNNING.clear()
 
 
 class TrialBook:
@@ -121,9 +137,10 @@ class TrialBook:
         self.folder = folder
         self.trials: dict[str, TrialRecord] = {}
         self.journal = Journal(sweep.output_dir / folder)
+        self._worker_errors: dict[str, dict[str, Any]] = {}
 
     def __reduce__(self):
-        return (open_book, (self.sweep, self.folder))
+        return (_reopen_book, (self.sweep, self.folder))
 
     def load(self) -> None:
         """Read the trials of an earlier run of this sweep back from the journal."""
@@ -204,6 +221,16 @@ class TrialBook:
                 self._save_outcome(rec)
         return rec
 
+    def worker_failed(self, trial_id: str, error: str, log: str | None) -> None:
+        """What Ray said when the trial's worker failed; a trial already closed with the
+        bare fact gets these details (Ray tells the searcher before the callbacks)."""
+        detail = worker_failure(error, log)
+        self._worker_errors[trial_id] = detail
+        rec = self.trials.get(trial_id)
+        if rec is not None and rec.finished and rec.evidence.get("error") == WORKER_FAILED:
+            rec.evidence = detail
+            self._save_outcome(rec)
+
     def mark_retry(self, trial_id: str) -> None:
         """The trial's worker died and Ray Tune restarts it from its last checkpoint."""
         rec = self.trials.get(trial_id)
@@ -230,8 +257,8 @@ class TrialBook:
             self.record(trial_id, result)
         if rec.status == "running":
             if error:
-                rec.set_failure("crash", Verdict("crash", rec.last_step, {
-                    "error": "the trial's worker failed (see Ray's error file)"}))
+                rec.set_failure("crash", Verdict("crash", rec.last_step, dict(
+                    self._worker_errors.get(trial_id) or {"error": WORKER_FAILED})))
             else:
                 rec.status = "pruned"
                 verdict = rules.diagnose(rec.history, trial_settings(self.sweep, rec.values))
@@ -299,6 +326,37 @@ def _load_event(trial_id: str, rec: TrialRecord | None, kind: str,
     return rec
 
 
+#: Evidence of a trial whose worker failed when Ray said nothing more.
+WORKER_FAILED = "the trial's worker failed"
+_PID = re.compile(r"\bpid: (\d+)")
+_IP = re.compile(r"\bip: ([0-9a-fA-F.:]+)")
+_DETAIL = re.compile(r"Worker exit detail: ([^.]*\.)")
+
+
+def worker_failure(error: str, log: str | None) -> dict[str, Any]:
+    """Evidence for a trial whose Ray worker failed: Ray's words, the process and the log.
+
+    A worker process that died (a segfault, the kernel's OOM killer, a signal) shows as
+    ``ActorDiedError`` with its pid; ``log`` is the error file Ray Tune wrote for the trial.
+    """
+    out: dict[str, Any] = {}
+    pid, ip, detail = _PID.search(error), _IP.search(error), _DETAIL.search(error)
+    if "ActorDiedError" in error or "worker process has died" in error:
+        where = f" (pid {pid.group(1)}" + (f" on {ip.group(1)}" if ip else "") + ")" if pid \
+            else ""
+        out["error"] = f"the trial's worker process died{where}" + (
+            f": {detail.group(1)}" if detail else "")
+        out["hint"] = ("a segfault, the kernel's OOM killer or a signal ends a process "
+                       "without a Python traceback; look for the pid in `dmesg` and in "
+                       "Ray's worker logs")
+    else:
+        lines = [line for line in error.strip().splitlines() if line.strip()]
+        out["error"] = f"{WORKER_FAILED}: {lines[-1][:300]}" if lines else WORKER_FAILED
+    if log:
+        out["log"] = log
+    return out
+
+
 def last_step(history: list[dict[str, Any]]) -> int:
     """The ``step`` of the newest report (0 for none or a non-numeric step)."""
     step = history[-1].get("step", 0) if history else 0
@@ -339,3 +397,14 @@ class TrialEvents(Callback):
 
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.book.mark_retry(trial.trial_id)
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        from pathlib import Path
+
+        local, name = trial.error_file, trial.run_metadata.error_filename
+        try:  # Ray writes it here first and copies it into the results folder later
+            text = Path(local).read_text(errors="replace") if local else ""
+        except OSError:
+            text = ""
+        kept = str(Path(trial.path, name)) if trial.path and name else local
+        self.book.worker_failed(trial.trial_id, text, kept)

@@ -105,7 +105,7 @@ def cmd_stability(args: argparse.Namespace) -> int:
     from sweeps import stability
     from sweeps.pipeline import preflight
     from sweeps.spec import load_sweep
-    from sweeps.stability_run import run_stability
+    from sweeps.stability_run import FOLDER, run_stability, stability_sweep
     from sweeps.tryout import _with_budget
 
     sweep = load_sweep(args.file)
@@ -135,7 +135,10 @@ def cmd_stability(args: argparse.Namespace) -> int:
         second = (name.strip(), stability.parse_values(rest))
     from sweeps.folder_lock import claim
 
-    with claim(sweep.output_dir, "stability"):  # held from the preflight to the last file
+    # the sweep's results folder is held from the preflight to the last file (a `sweeps
+    # run` of it waits); the stability files go to its own subfolder
+    with claim(sweep.output_dir, "stability"):
+        sweep = stability_sweep(sweep)
         if not args.no_preflight:
             sweep = preflight(sweep)
         result = run_stability(sweep, args.param, values, seeds=args.seeds, second=second,
@@ -159,7 +162,7 @@ def cmd_stability(args: argparse.Namespace) -> int:
     if len(result.table) and (result.table["verdict"] == "crashed").all():
         err_console.print("error: the trainer crashed on every grid point and seed (not an "
                           "instability): see the tracebacks in "
-                          f"{sweep.output_dir / 'stability_trials'}/*.error.txt")
+                          f"{sweep.output_dir / FOLDER}/*.error.txt")
         return 1
     return 0
 
@@ -168,7 +171,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from sweeps.pipeline import resume_sweep
 
     outcome = resume_sweep(Path(args.dir), address=args.address, progress=not args.quiet,
-                           tracking_uri=args.tracking_uri)
+                           tracking_uri=args.tracking_uri, trust_state=args.trust_state)
     print_outcome(outcome)
     return all_crashed(outcome.trials, outcome.sweep.output_dir)
 
@@ -364,6 +367,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--address", default=None)
     p.add_argument("--tracking-uri", default=None)
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--trust-state", action="store_true",
+                   help="resume a folder this account's sweeps did not write (or that other "
+                   "users can write); its Ray Tune state is loaded like code")
     p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("report", help="(re)write report.html, or print the results as json/csv")

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import threading
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sweeps.rules.verdict import Verdict
 
 _COMPILE_MARKERS = ("torch/_dynamo", "torch/_inductor", "triton", "BackendCompilerFailed",
                     "InductorError", "TorchRuntimeError")
@@ -35,3 +41,46 @@ def format_exception(exc: BaseException, limit: int = 20_000) -> str:
     """The full traceback, trimmed from the front to ``limit`` characters."""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return text[-limit:]
+
+
+class TrainerExit(BaseException):  # noqa: N818 - mirrors SystemExit
+    """``os._exit(code)`` called by a trainer, turned into an exception in its thread."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"os._exit({code})")
+        self.code = code
+
+
+@contextmanager
+def process_exit_raises() -> Iterator[None]:
+    """Within the block, ``os._exit`` called from this thread raises :class:`TrainerExit`.
+
+    A trainer that ends its process would otherwise kill the Ray worker, and the trial
+    would be retried as if its node had been lost (and fail the same way each time).
+    Other threads (Ray's own) keep the real ``os._exit``.
+    """
+    real, owner = os._exit, threading.get_ident()
+
+    def guarded(code: int) -> None:
+        if threading.get_ident() == owner:
+            raise TrainerExit(int(code))
+        real(code)
+
+    os._exit = guarded
+    try:
+        yield
+    finally:
+        os._exit = real
+
+
+def exit_verdict(exc: SystemExit | TrainerExit, step: int) -> Verdict:
+    """``trainer_exit`` for a trainer that called ``sys.exit`` or ``os._exit``."""
+    if isinstance(exc, TrainerExit):
+        code, call = exc.code, f"os._exit({exc.code})"
+    else:
+        code = exc.code if isinstance(exc.code, int) or exc.code is None else 1
+        call = f"sys.exit({exc.code!r})"
+    return Verdict("trainer_exit", step, {
+        "exit_code": 0 if code is None else code,
+        "error": f"the trainer called {call}; return from train() instead (sweeps ends a "
+                 "trial when train() returns or a rule stops it)"})

@@ -13,9 +13,9 @@ import pandas as pd
 import yaml
 
 from sweeps import confirm as confirmation
-from sweeps import folder_lock, state_check
+from sweeps import folder_lock, state_check, state_seal
 from sweeps.atomic import write_text
-from sweeps.book import TrialBook, TrialRecord, close_books, open_book
+from sweeps.book import TrialBook, TrialRecord, close_books, open_book, run_here
 from sweeps.errors import PreflightFailed, SpecError
 from sweeps.ray_session import ray_running
 from sweeps.report import write_report
@@ -135,21 +135,25 @@ def run_sweep(sweep: Sweep, *, address: str | None = None, progress: bool = True
         if check:
             sweep = preflight(sweep)
         sweep.output_dir.mkdir(parents=True, exist_ok=True)
+        state_seal.seal(sweep.output_dir)
         save_resolved(sweep)
         return _execute(sweep, address=address, progress=progress, tracking_uri=tracking_uri,
                         resume=False)
 
 
 def resume_sweep(folder: Path, *, address: str | None = None, progress: bool = True,
-                 tracking_uri: str | None = None) -> SweepOutcome:
+                 tracking_uri: str | None = None, trust_state: bool = False) -> SweepOutcome:
     """Continue a sweep whose driver died: finished trials are kept, unfinished ones re-run.
 
-    The folder is held first, then every state file is checked (torn last lines of the
-    journals cut off, any other damage exit 2) before anything runs."""
+    The folder is held first, then checked before anything runs: every state file whole
+    (torn last lines of the journals cut off, any other damage exit 2), and the folder
+    sealed by this account and writable by no other user (:mod:`sweeps.state_seal`;
+    ``trust_state`` skips that). The folder may have been moved or copied since its run."""
     folder = Path(folder).resolve()
     _require_sweep(folder)
     with folder_lock.claim(folder, "resume"):
         state_check.check_for_resume(folder, echo=_stderr)
+        state_seal.check(folder, trust=trust_state)
         return _execute(load_resolved(folder), address=address, progress=progress,
                         tracking_uri=tracking_uri, resume=True)
 
@@ -157,6 +161,7 @@ def resume_sweep(folder: Path, *, address: str | None = None, progress: bool = T
 def _execute(sweep: Sweep, *, address: str | None, progress: bool, tracking_uri: str | None,
              resume: bool) -> SweepOutcome:
     close_books()
+    run_here(sweep)  # Ray Tune's restored state binds to this folder, wherever it was
     book = open_book(sweep)
     if resume:
         book.set_aside_unfinished()

@@ -24,9 +24,10 @@ OUTCOME_COLOURS = {
     "ok": "#2ca02c", "pruned": "#c0c0c0", "non_finite": "#d62728", "grad_blowup": "#ff7f0e",
     "divergence": "#8c564b", "flat_at_baseline": "#1f77b4", "loss_spike": "#e377c2",
     "collapse": "#9467bd", "lr_anomaly": "#bcbd22", "compile_error": "#17becf",
-    "oom": "#393b79", "hung": "#000000", "crash": "#843c39",
+    "oom": "#393b79", "hung": "#000000", "bad_metric": "#637939", "trainer_exit": "#7b4173",
+    "crash": "#843c39",
 }
-EXCEPTION_REASONS = {"compile_error", "oom", "hung", "crash"}
+EXCEPTION_REASONS = {"compile_error", "oom", "hung", "bad_metric", "trainer_exit", "crash"}
 TRIAL_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
                  "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"]
 DPI = 100

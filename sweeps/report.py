@@ -20,7 +20,7 @@ from sweeps.atomic import write_text
 META = ("trial_id", "role", "status", "reason", "stop_step", "seed", "steps", "retries")
 FAILED = ("unstable", "crash")
 MAX_FAILED_CURVES, MAX_TOP_CURVES = 8, 5
-_SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
+_SAFE_ID = re.compile(r"[A-Za-z0-9_.-]+")
 _PLOT_GLOBS = ("pareto.png", "seeds.png", "stability-*.png", "curves-*.png")
 
 
@@ -264,7 +264,7 @@ def _base_summary(res: Results) -> dict[str, Any] | None:
 
 
 def _history(res: Results, trial_id: str) -> pd.DataFrame | None:
-    if not _SAFE_ID.match(trial_id):
+    if not _SAFE_ID.fullmatch(trial_id):
         return None
     hist = _csv(res.folder / "trials" / f"{trial_id}.csv")
     return hist if len(hist) else None
@@ -445,7 +445,7 @@ def table(frame: pd.DataFrame, folder: Path, sortable: bool = True) -> str:
             text, key = _cell(raw)
             shown = e(text if len(text) <= 60 else text[:57] + "…")
             if col == "trial_id" and (folder / "trials" / f"{text}.csv").exists() \
-                    and _SAFE_ID.match(text):
+                    and _SAFE_ID.fullmatch(text):
                 shown = _link(f"trials/{text}.csv", text)
             elif col == "yaml" and text.startswith("stable/") and (folder / text).exists():
                 shown = _link(text, text.removeprefix("stable/"))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sweeps import rules
@@ -54,6 +54,21 @@ def _number(value: Any) -> Any:
     return str(value)
 
 
+def bad_metric(entry: Mapping[str, Any], required: Sequence[str]) -> Verdict | None:
+    """``bad_metric`` when a reported value is not a real number, or a ``required`` metric
+    (an objective) is reported as ``None``; other ``None`` values mean "not reported"."""
+    for key, value in entry.items():
+        if value is None and key not in required:
+            continue
+        if value is None or isinstance(value, str):
+            shown = repr(value)[:80]
+            return Verdict("bad_metric", int(entry.get("step") or 0), {
+                "metric": key, "value": shown,
+                "error": f"{key!r} is {shown}; report real numbers (a float, an int or a "
+                         "one-element tensor) and keep text out of report()"})
+    return None
+
+
 class TrialReporter:
     """Callable ``report(metrics)`` that judges every report with the rules.
 
@@ -65,13 +80,16 @@ class TrialReporter:
             ``sweeps/reason`` and ``sweeps/stop_step`` keys, its status stays ``running``)
             but never raise :class:`TrialStopped`, so the trainer runs to its end. Used by
             ``sweeps audit`` to see what a stopped trial would have become.
+        required: metrics the trainer itself must report (the objectives it owns): a
+            ``None`` there ends the trial as ``bad_metric``, like text anywhere.
     """
 
     def __init__(self, settings: RuleSettings, sink: Callable[[dict[str, Any]], None],
                  clock: Callable[[], float] = time.perf_counter,
                  checkpoint_sink: Callable[[dict[str, Any], Any], None] | None = None,
-                 observe: bool = False) -> None:
+                 observe: bool = False, required: Sequence[str] = ()) -> None:
         self.settings = settings
+        self.required = tuple(required)
         self.observe = observe
         self.history: list[dict[str, Any]] = []
         self.verdict: Verdict | None = None
@@ -81,11 +99,14 @@ class TrialReporter:
         self._clock = clock
         self._last_time = clock()
         self._last_step = 0
+        #: The sink ended the trial (Ray Tune ends a stopped trial's thread with
+        #: ``sys.exit`` inside ``report``): not the trainer's doing.
+        self.ended_by_sink = False
 
     def __call__(self, metrics: Mapping[str, Any], checkpoint: Any = None) -> None:
         """Record, judge and forward one report; ``checkpoint`` is optional trainer state
         (anything ``torch.save`` takes) that a retried trial gets back."""
-        if self.verdict is not None and not self.observe:
+        if self.verdict is not None and (not self.observe or self.verdict.reason == "bad_metric"):
             raise TrialStopped(self.verdict)
         now = self._clock()
         entry = {str(k): _number(v) for k, v in metrics.items()}
@@ -93,6 +114,14 @@ class TrialReporter:
         if not isinstance(step, (int, float)) or not math.isfinite(step):
             step = self._last_step + 1
         entry["step"] = int(step)
+        broken = bad_metric(entry, self.required)
+        if broken is not None:  # a crash even when only observing: nothing to judge
+            self.verdict = broken
+            entry = {k: v for k, v in entry.items() if isinstance(v, (int, float))}
+            self.history.append(entry)
+            self._forward(self._sink, {**entry, **unstable_fields(broken, status="crash")})
+            raise TrialStopped(broken)
+        entry = {k: v for k, v in entry.items() if v is not None}
         if "step_time" not in entry:
             steps = max(1, entry["step"] - self._last_step)
             entry["step_time"] = (now - self._last_time) / steps
@@ -111,11 +140,18 @@ class TrialReporter:
             result.update(unstable_fields(verdict, status="running" if self.observe
                                           else "unstable"))
         if checkpoint is not None and self._checkpoint_sink is not None and verdict is None:
-            self._checkpoint_sink(result, checkpoint)
+            self._forward(self._checkpoint_sink, result, checkpoint)
         else:
-            self._sink(result)
+            self._forward(self._sink, result)
         if verdict is not None and not self.observe:
             raise TrialStopped(verdict)
+
+    def _forward(self, sink: Callable[..., None], *args: Any) -> None:
+        try:
+            sink(*args)
+        except SystemExit:
+            self.ended_by_sink = True
+            raise
 
 
 def unstable_fields(verdict: Verdict, status: str = "unstable") -> dict[str, Any]:

@@ -66,7 +66,42 @@ def seed_columns(conf: Confirmation) -> dict[str, Any]:
     return row
 
 
+#: A text cell starting with one of these is a formula to a spreadsheet.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def safe_cell(value: Any) -> Any:
+    """``value`` with a leading ``'`` when it is text a spreadsheet would run as a formula
+    (an error message or a knob value from a trainer); numbers, and text that reads as a
+    number such as ``-0.5``, are untouched.
+
+    Example:
+        >>> safe_cell("=HYPERLINK(1)"), safe_cell("-0.5"), safe_cell(-3), safe_cell("ok")
+        ("'=HYPERLINK(1)", '-0.5', -3, 'ok')
+    """
+    if not isinstance(value, str) or not value.startswith(FORMULA_STARTS):
+        return value
+    try:
+        float(value)
+        return value
+    except ValueError:
+        return "'" + value
+
+
+def cell_text(value: Any) -> Any:
+    """The text :func:`safe_cell` was given, for a cell read back from a CSV file."""
+    if isinstance(value, str) and value[:1] == "'" and value[1:].startswith(FORMULA_STARTS):
+        return value[1:]
+    return value
+
+
 def write_csv(path: Path, frame: pd.DataFrame) -> None:
+    """Write ``frame`` atomically, text cells made safe for spreadsheets (:func:`safe_cell`)."""
+    text_columns = frame.select_dtypes(include=["object", "string"]).columns
+    if len(text_columns):
+        frame = frame.copy()
+        for column in text_columns:
+            frame[column] = frame[column].map(safe_cell)
     write_text(path, frame.to_csv(index=False))
 
 

@@ -102,6 +102,16 @@ class StabilityAwareSearch(OptunaSearch):
     def study(self) -> optuna.Study:
         return self._ot_study
 
+    def restore(self, checkpoint_path: str) -> None:
+        """Ray Tune's saved searcher, its study re-opened from the journal beside the book
+        (the results folder may have moved since the state was saved)."""
+        super().restore(checkpoint_path)
+        self._ot_study = optuna.load_study(study_name=self._ot_study.study_name,
+                                           storage=study_storage(self.book.sweep),
+                                           sampler=self._sampler)
+        self._ot_trials = {tid: optuna.Trial(self._ot_study, t._trial_id)
+                           for tid, t in self._ot_trials.items()}
+
     def suggest(self, trial_id: str) -> dict | str | None:
         """The next config, or FINISHED once the search's share of ``budget.total_steps``
         is spent (the rest is kept for confirmation)."""

@@ -24,6 +24,7 @@ from pydantic import (
     field_validator,
 )
 
+from sweeps import strict_yaml
 from sweeps.compile import COMPILE_MODES
 from sweeps.config_paths import collision, split_path, with_values
 from sweeps.errors import SpecError
@@ -42,8 +43,8 @@ from sweeps.space import (
 from sweeps.trainer_loader import load_trainer, search_paths
 
 RESERVED_KEY = "sweep"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_KNOB = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_KNOB = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class _Strict(BaseModel):
@@ -233,14 +234,17 @@ class Sweep:
 
 
 def read_yaml(path: Path, key: str) -> Any:
-    """``yaml.safe_load`` of a file; a missing or malformed file is a SpecError."""
+    """A YAML file's data (safe types only); a missing or malformed file, bytes that are
+    not UTF-8 or a key given twice is a SpecError naming the line."""
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as exc:
         raise SpecError(key, f"cannot read {path} ({exc.strerror or exc})",
                         "check the path; relative paths start at the sweep file's folder") from exc
     try:
-        return yaml.safe_load(text)
+        return strict_yaml.load(strict_yaml.decode(data))
+    except strict_yaml.YamlProblem as exc:
+        raise SpecError(key, f"{path} line {exc.line}: {exc.problem}", exc.fix) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -269,7 +273,7 @@ def load_sweep_dict(data: Any, *, base_dir: Path, import_trainer: bool = True) -
         raise SpecError("(top level)", f"the sweep file holds a {type(data).__name__}, "
                         "not a mapping", "write keys such as name:, trainer:, write_back:")
     spec = _validate(SweepFile, data, "")
-    if not _NAME.match(spec.name):
+    if not _NAME.fullmatch(spec.name):
         raise SpecError("name", f"{spec.name!r} is not usable as a folder name",
                         "use letters, digits, '-', '_' or '.'")
     base_dir = base_dir.resolve()
@@ -406,7 +410,7 @@ def _knobs(raw: dict[Any, Any], root: str) -> dict[str, _Knob]:
     space: dict[str, _Knob] = {}
     for name, entry in raw.items():
         key = f"{root}.{name}"
-        if not isinstance(name, str) or not _KNOB.match(name):
+        if not isinstance(name, str) or not _KNOB.fullmatch(name):
             raise SpecError(key, "knob names must be identifiers",
                             "use letters, digits and '_' (e.g. batch_size)")
         if isinstance(entry, list):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +20,16 @@ from sweeps.runner import run_configs
 from sweeps.spec import Sweep
 from sweeps.tryout import try_values
 
-#: Folder (under the results folder) for the stability runs' journals and histories.
-FOLDER = "stability_trials"
+#: Where ``sweeps stability`` writes, under the sweep's results folder: its own place, so a
+#: stability sweep and ``sweeps run`` of one sweep file never overwrite each other's files.
+STABILITY_DIR = "stability"
+#: Folder (under :data:`STABILITY_DIR`) for the stability runs' journals and histories.
+FOLDER = "trials"
+
+
+def stability_sweep(sweep: Sweep) -> Sweep:
+    """``sweep`` writing into ``results/<name>/stability/``."""
+    return replace(sweep, output_dir=sweep.output_dir / STABILITY_DIR)
 
 
 @dataclass
@@ -53,7 +61,8 @@ def _check_knob(sweep: Sweep, name: str, values: list[Any], flag: str) -> None:
 def run_stability(sweep: Sweep, param: str, values: list[Any], *, seeds: int = 3,
                   second: tuple[str, list[Any]] | None = None, address: str | None = None,
                   progress: bool = True) -> StabilityOutcome:
-    """Run every grid value on ``seeds`` seeds and analyse the runs."""
+    """Run every grid value on ``seeds`` seeds and analyse the runs; ``sweep`` is the
+    :func:`stability_sweep` (its output folder is the stability one)."""
     _check_knob(sweep, param, values, "--param")
     if second:
         _check_knob(sweep, second[0], second[1], "--and")
@@ -66,7 +75,7 @@ def run_stability(sweep: Sweep, param: str, values: list[Any], *, seeds: int = 3
         book = open_book(sweep, FOLDER)
         try:
             with ray_running(address):
-                run_configs(sweep, book, runs, "stability", progress=progress)
+                run_configs(sweep, book, runs, "ray", progress=progress)
             return write_stability(sweep, book, names)
         finally:
             close_books()

@@ -7,7 +7,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from sweeps.failures import classify, format_exception
+from sweeps.failures import (
+    TrainerExit,
+    classify,
+    exit_verdict,
+    format_exception,
+    process_exit_raises,
+)
 from sweeps.reporter import (
     FINAL,
     STATUS,
@@ -79,30 +85,57 @@ def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink,
     values = trial_values(sweep, config)
     seed = int(config.get(SEED_KEY, sweep.spec.seed))
     trainer = load_trainer(sweep.spec.trainer, sweep.trainer_paths)
+    required = trainer_metrics(sweep)
     reporter = TrialReporter(trial_settings(sweep, values), sink,
-                             checkpoint_sink=checkpoint_sink)
+                             checkpoint_sink=checkpoint_sink, required=required)
     trial_config = sweep.trial_config(values, trial_id=trial_id, seed=seed)
     trial_config["sweep"]["checkpoint"] = checkpoint_path
     try:
-        trainer(trial_config, reporter)
+        with process_exit_raises():
+            trainer(trial_config, reporter)
     except TrialStopped:
         return reporter
+    except (SystemExit, TrainerExit) as exc:
+        if reporter.ended_by_sink:
+            raise  # Ray Tune ending a trial it stopped, from inside report
+        return _crashed(reporter, sink, exit_verdict(exc, _last_step(reporter)))
     except Exception as exc:  # noqa: BLE001 - every trainer error becomes a trial outcome
-        reason = classify(exc)
-        text = format_exception(exc)
-        step = reporter.history[-1]["step"] if reporter.history else 0
         last = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ""
-        verdict = Verdict(reason, step, {"error": f"{type(exc).__name__}: {last}"})
-        reporter.verdict = verdict
-        sink({**(reporter.history[-1] if reporter.history else {"step": 0}), FINAL: 1,
-              **unstable_fields(verdict, status="crash"), TRACEBACK: text})
-        return reporter
+        verdict = Verdict(classify(exc), _last_step(reporter),
+                          {"error": f"{type(exc).__name__}: {last}"})
+        return _crashed(reporter, sink, verdict, format_exception(exc))
     if not reporter.history:
-        verdict = Verdict("crash", 0, {"error": "the trainer returned without calling report"})
-        reporter.verdict = verdict
-        sink({"step": 0, FINAL: 1, **unstable_fields(verdict, status="crash")})
-    else:
-        sink({**reporter.history[-1], STATUS: "ok", FINAL: 1})
+        return _crashed(reporter, sink, Verdict("crash", 0, {
+            "error": "the trainer returned without calling report"}))
+    missing = [m for m in required if not any(m in h for h in reporter.history)]
+    if missing:
+        return _crashed(reporter, sink, Verdict("bad_metric", _last_step(reporter), {
+            "metric": missing[0], "error": f"the trainer never reported {missing[0]!r}, "
+            "an objective of the sweep; report it (or change objectives)"}))
+    sink({**reporter.history[-1], STATUS: "ok", FINAL: 1})
+    return reporter
+
+
+#: Objective metrics sweeps measures itself rather than reading from reports.
+MEASURED_METRICS = frozenset({"instability", "step_time"})
+
+
+def trainer_metrics(sweep: Sweep) -> tuple[str, ...]:
+    """The objective metrics the trainer itself must report."""
+    return tuple(o.metric for o in sweep.objectives if o.metric not in MEASURED_METRICS)
+
+
+def _last_step(reporter: TrialReporter) -> int:
+    return int(reporter.history[-1]["step"]) if reporter.history else 0
+
+
+def _crashed(reporter: TrialReporter, sink, verdict: Verdict,
+             traceback: str | None = None) -> TrialReporter:
+    """End the trial as ``crash`` with ``verdict``: the final result repeats the last report."""
+    reporter.verdict = verdict
+    extra = {TRACEBACK: traceback} if traceback else {}
+    sink({**(reporter.history[-1] if reporter.history else {"step": 0}), FINAL: 1,
+          **unstable_fields(verdict, status="crash"), **extra})
     return reporter
 
 
@@ -115,13 +148,22 @@ def ray_trainable(config: dict[str, Any], sweep: Sweep) -> None:
         os.chdir(sweep.workdir)  # relative paths mean the folder sweeps was started from
     config = flat_config(config)
     restored = tune.get_checkpoint()
-    with tempfile.TemporaryDirectory(prefix="sweeps-ckpt-") as local:
-        path = None
-        if restored is not None:
-            restored.to_directory(local)
-            path = str(Path(local) / CHECKPOINT_FILE)
-        run_trainer(sweep, config, tune.get_context().get_trial_id(), tune.report,
-                    checkpoint_sink=_ray_checkpoint, checkpoint_path=path)
+    path = None
+    if restored is not None:  # a retried trial: its trainer state, in the trial's folder
+        local = Path(scratch_dir()) / "restored"
+        restored.to_directory(str(local))
+        path = str(local / CHECKPOINT_FILE)
+    run_trainer(sweep, config, tune.get_context().get_trial_id(), tune.report,
+                checkpoint_sink=_ray_checkpoint, checkpoint_path=path)
+
+
+def scratch_dir() -> str:
+    """The trial's own folder in Ray's session (removed with it), for checkpoint files on
+    their way to Ray: a trial Ray stops inside ``report`` never leaves a ``with`` block, so
+    a folder of the system temp dir would be left behind."""
+    from ray import tune
+
+    return tune.get_context().get_trial_dir()
 
 
 #: File name of a trainer's state inside a Ray Tune checkpoint.
@@ -133,6 +175,6 @@ def _ray_checkpoint(result: dict[str, Any], state: Any) -> None:
     import torch
     from ray import tune
 
-    with tempfile.TemporaryDirectory(prefix="sweeps-ckpt-") as folder:
+    with tempfile.TemporaryDirectory(prefix="sweeps-ckpt-", dir=scratch_dir()) as folder:
         torch.save(state, Path(folder) / CHECKPOINT_FILE)
         tune.report(result, checkpoint=tune.Checkpoint.from_directory(folder))

@@ -1,4 +1,5 @@
-"""A driver killed mid-sweep (SIGKILL) and `sweeps resume`: no finished trial lost or re-run."""
+"""A driver killed mid-sweep (SIGKILL), the results folder moved, and `sweeps resume`: no
+finished trial lost or re-run, and nothing written where the folder used to be."""
 
 from __future__ import annotations
 
@@ -55,10 +56,16 @@ def test_driver_killed_mid_sweep_resumes_without_losing_trials(linreg_dir, monke
     before = _finished(out)
     assert 4 <= len(before) < 10
     assert not (out / "trials.csv").exists()
+    # the folder is moved before the resume: it must continue where it is now
+    moved = linreg_dir / "elsewhere" / "resumable"
+    moved.parent.mkdir()
+    out.rename(moved)
+    original, out = out, moved
     histories_before = {t: (out / "trials" / f"{t}.jsonl").read_text() for t in before}
 
     monkeypatch.chdir(linreg_dir)
     assert main(["resume", str(out), "--quiet"]) == 0
+    assert not original.exists(), "nothing is written where the folder used to be"
 
     trials = read_results_csv(out / "trials.csv")
     search = trials[trials["role"] == "search"]

@@ -70,6 +70,7 @@ CASES = {
                        "search_space.lr", "categorical"),
     "unknown rule setting": (lambda d: d["rules"].update(blowup_ratoi=3), "rules.blowup_ratoi",
                              "blowup_ratio"),
+    "name with a trailing newline": (lambda d: d.update(name="demo\n"), "name", "letters"),
 }
 
 
@@ -165,3 +166,26 @@ def test_a_bad_value_says_what_was_given_and_what_the_key_means(linreg_dir, caps
     code, err = _run_cli(linreg_dir, path, capsys, monkeypatch)
     assert code == 2 and "error: confirm.tolerance:" in err
     assert "you gave -1; it is: largest gap between a candidate's worst and best seed" in err
+
+
+def test_bytes_that_are_not_utf8_exit_2_naming_the_line(linreg_dir, capsys, monkeypatch):
+    path = linreg_dir / "latin1.yaml"
+    text = (linreg_dir / "linreg.yaml").read_text()
+    path.write_bytes(b"# r\xe9glages\n" + text.encode())  # a Latin-1 comment on line 1
+    code, err = _run_cli(linreg_dir, path, capsys, monkeypatch)
+    assert code == 2
+    assert "line 1: byte 0xe9 is not UTF-8 text" in err and "save the file as UTF-8" in err
+
+
+@pytest.mark.parametrize("file", ["linreg.yaml", "linreg_config.yaml"])
+def test_a_key_given_twice_exits_2_naming_both_lines(file, linreg_dir, capsys, monkeypatch):
+    path = linreg_dir / file
+    lines = path.read_text().splitlines()
+    first = next(i for i, line in enumerate(lines) if line and not line.startswith("#"))
+    path.write_text("\n".join([*lines, lines[first]]) + "\n")  # a top-level key again
+    code, err = _run_cli(linreg_dir, linreg_dir / "linreg.yaml", capsys, monkeypatch)
+    key = lines[first].split(":")[0]
+    assert code == 2
+    assert f"line {len(lines) + 1}: key {key!r} is given twice (first on line {first + 1})" \
+        in err
+    assert "keep one of them" in err

@@ -66,7 +66,7 @@ def test_lr_grid_places_the_boundary_and_recommends_below_it(linreg_dir, ray_ses
                  "1e-5,0.01,0.1,0.5,2,5", "--seeds", "2", "--quiet", "--no-preflight"])
     assert code == 0
     out = capsys.readouterr().out
-    table = pd.read_csv(linreg_dir / "results" / "linreg" / "stability.csv")
+    table = pd.read_csv(linreg_dir / "results" / "linreg" / "stability" / "stability.csv")
     verdicts = dict(zip(table["lr"], table["verdict"], strict=True))
     assert verdicts[1e-5] == "too slow"
     # 0.01 is stable but has not converged in 60 steps: ~50x the best val_loss
@@ -83,7 +83,7 @@ def test_lr_grid_places_the_boundary_and_recommends_below_it(linreg_dir, ray_ses
     assert rows.loc[[1e-5, 2.0, 5.0], "val_loss"].isna().all(), "no quality without stable seeds"
     assert "boundary: between 0.5 and 2 (explodes)" in out
     assert "recommended lr: 0.1" in out and "also the largest safe value" in out
-    md = (linreg_dir / "results" / "linreg" / "stability.md").read_text()
+    md = (linreg_dir / "results" / "linreg" / "stability" / "stability.md").read_text()
     assert "between 0.5 and 2 (explodes)" in md and "recommended grad_clip" in md
     assert "val_loss (min–max)" in md and "'stable, poor' = more than 10% worse" in md
 
@@ -97,7 +97,8 @@ def test_recommends_the_best_quality_safe_value_not_the_largest(linreg_dir, ray_
     assert main(["stability", "linreg.yaml", "--param", "lr", "--values", "0.03,0.1,0.3,3",
                  "--seeds", "2", "--steps", "150", "--quiet", "--no-preflight"]) == 0
     out = capsys.readouterr().out
-    table = pd.read_csv(linreg_dir / "results" / "linreg" / "stability.csv").set_index("lr")
+    table = pd.read_csv(linreg_dir / "results" / "linreg" / "stability" / "stability.csv")
+    table = table.set_index("lr")
     assert list(table["verdict"]) == ["stable", "stable, poor", "stable, poor", "explodes"]
     # the safe zone (<= 0.3 / 2) holds 0.03 and 0.1; 0.1 is stable but several times worse
     assert table.loc[0.1, "val_loss"] > 2 * table.loc[0.03, "val_loss"]
@@ -158,7 +159,7 @@ def test_two_knob_map_and_clip_warning(linreg_dir, ray_session, capsys, monkeypa
     assert main(["stability", "linreg.yaml", "--param", "lr", "--values", "0.01,5",
                  "--and", "grad_clip=0.01,10", "--seeds", "1", "--quiet",
                  "--no-preflight"]) == 0
-    out = linreg_dir / "results" / "linreg"
+    out = linreg_dir / "results" / "linreg" / "stability"
     assert (out / "stability_map.png").stat().st_size > 1000
     table = pd.read_csv(out / "stability.csv")
     assert len(table) == 4 and set(table.columns) >= {"lr", "grad_clip", "val_loss", "verdict"}
@@ -205,3 +206,21 @@ def test_a_trainer_that_raises_is_crashed_not_explodes():
         trial_id="u", values={"lr": 0.1}, seed=2, status="unstable", reason="non_finite",
         history=[{"step": 1, "loss": 1.0}])])
     assert mixed.verdict() in ("explodes", "borderline")
+
+
+def test_stability_and_run_of_one_sweep_keep_their_own_files(linreg_dir, ray_session,
+                                                             monkeypatch):
+    monkeypatch.chdir(linreg_dir)
+    edit_linreg(linreg_dir, budget={"trials": 2, "concurrent": 2}, confirm={"seeds": 0})
+    assert main(["stability", "linreg.yaml", "--param", "lr", "--values", "0.05",
+                 "--seeds", "1", "--quiet"]) == 0
+    out = linreg_dir / "results" / "linreg"
+    written = {p: p.read_bytes() for p in (out / "stability").rglob("*.*")
+               if p.is_file() and p.suffix in (".csv", ".md", ".json")}
+    assert out / "stability" / "stability.csv" in written
+    assert out / "stability" / "preflight.md" in written
+    assert main(["run", "linreg.yaml", "--quiet"]) == 0
+    assert not list(linreg_dir.glob("results/linreg.*")), "stability results are not archived"
+    assert (out / "trials.csv").is_file() and (out / "preflight.md").is_file()
+    for path, data in written.items():
+        assert path.read_bytes() == data, f"{path} was overwritten by the run"

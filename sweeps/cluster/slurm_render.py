@@ -15,8 +15,8 @@ PORT_FLOOR = 20000
 #: Default port blocks stay below 32768, where Linux starts handing out ephemeral ports.
 PORT_CEILING = 32768
 SERVICE_PORTS = 10  # head, dashboard, object/node manager, agent x2, metrics, runtime env, spare
-_TIME = re.compile(r"^(?:(\d+)-)?(\d{1,3}):(\d{2}):(\d{2})$")
-_WORD = re.compile(r"^[A-Za-z0-9_.,+-]+$")
+_TIME = re.compile(r"(?:(\d+)-)?(\d{1,3}):(\d{2}):(\d{2})")
+_WORD = re.compile(r"[A-Za-z0-9_.,+-]+")
 _FIELD = re.compile(r"@@([A-Z_]+)@@")
 
 
@@ -36,7 +36,7 @@ class JobOptions:
 
 def time_seconds(value: str) -> int:
     """``[D-]HH:MM:SS`` in seconds; anything else is a SpecError."""
-    m = _TIME.match(value)
+    m = _TIME.fullmatch(value)
     if not m or int(m.group(3)) >= 60 or int(m.group(4)) >= 60:
         raise SpecError("--time", f"{value!r} is not [D-]HH:MM:SS",
                         "write e.g. --time 04:00:00 or --time 1-12:00:00")
@@ -60,7 +60,7 @@ def validate(opts: JobOptions) -> None:
         raise SpecError("--time", f"{opts.time} is under 5 minutes", "give at least 00:05:00: "
                         "the job is told to stop 120 s before its time limit")
     for key, value in (("--partition", opts.partition), ("--account", opts.account)):
-        if value is not None and not _WORD.match(value):
+        if value is not None and not _WORD.fullmatch(value):
             raise SpecError(key, f"{value!r} is not a SLURM name",
                             "use letters, digits, '_', '-', '.' (',' between partitions)")
     block, _ = port_block(opts.cpus_per_node)

@@ -17,6 +17,8 @@ REASONS: tuple[str, ...] = (
     "compile_error",
     "oom",
     "hung",
+    "bad_metric",
+    "trainer_exit",
     "crash",
 )
 

@@ -10,11 +10,16 @@ the first weight stays at zero, the loss is smooth and finite, and no rule can f
 """
 
 import os
+import signal
+import sys
 import time
 
 import torch
 
 from sweeps import Monitor, compile_model
+
+EXITS = {"sys_exit": lambda: sys.exit(3), "os_exit": lambda: os._exit(3),
+         "sigkill": lambda: os.kill(os.getpid(), signal.SIGKILL)}
 
 
 def train(config, report):
@@ -57,6 +62,10 @@ def train(config, report):
         metrics = monitor.measure(loss)
         if run.get("seed") in t.get("nan_on_seeds", []) and step >= 20:
             metrics["loss"] = float("nan")  # unstable only on an unlucky seed
+        if step == 5 and t.get("fail") in EXITS:
+            EXITS[t["fail"]]()  # a trainer that ends its own process
+        if step >= 5 and t.get("fail") == "text":
+            metrics["loss"] = "banana"  # text where a number belongs
         if t.get("fail") == "raise_late" and step == 5:
             raise ValueError("planted failure at step 5")
         opt.step()
@@ -65,7 +74,7 @@ def train(config, report):
             with torch.no_grad():  # the bad basin of an unlucky seed
                 model.weight[:, 0] = 0.0
         metrics["step"] = step
-        if step % 10 == 0 or step == steps:
+        if (step % 10 == 0 or step == steps) and t.get("fail") != "no_val":
             with torch.no_grad():
                 metrics["val_loss"] = float(torch.nn.functional.mse_loss(model(x[384:]),
                                                                          y[384:]))

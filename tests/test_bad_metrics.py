@@ -1,0 +1,90 @@
+"""Numbers are numbers: text in a report, a missing objective and a trainer that ends its
+own process are crashes with a reason, and a deterministic exit is not retried."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sweeps.spec import load_sweep
+from sweeps.trainable import run_trainer
+from tests.conftest import edit_linreg, read_results_csv, run_cli_in
+
+
+def _run(folder, fail: str):
+    sweep = load_sweep(folder / "linreg.yaml")
+    sweep.base_config["train"]["fail"] = fail
+    results: list[dict] = []
+    reporter = run_trainer(sweep, {"lr": 0.05}, "t1", results.append)
+    return reporter, results
+
+
+def test_text_where_a_number_belongs_ends_the_trial_at_that_report(linreg_dir, monkeypatch):
+    monkeypatch.chdir(linreg_dir)
+    reporter, results = _run(linreg_dir, "text")
+    assert reporter.verdict.reason == "bad_metric" and reporter.verdict.step == 5
+    assert reporter.verdict.evidence["metric"] == "loss"
+    assert "'banana'" in reporter.verdict.evidence["error"]
+    assert results[-1]["sweeps/status"] == "crash"
+    assert len(reporter.history) == 5, "the trainer stopped at the bad report"
+    assert all(isinstance(v, (int, float)) for h in reporter.history for v in h.values())
+
+
+def test_a_trial_that_never_reports_its_objective_is_not_ok(linreg_dir, monkeypatch):
+    monkeypatch.chdir(linreg_dir)
+    reporter, results = _run(linreg_dir, "no_val")
+    assert results[-1]["sweeps/status"] == "crash"
+    assert reporter.verdict.reason == "bad_metric"
+    assert "never reported 'val_loss'" in reporter.verdict.evidence["error"]
+
+
+def test_none_for_the_objective_is_a_bad_metric_and_none_elsewhere_is_not_reported():
+    from sweeps.reporter import TrialReporter, TrialStopped
+    from sweeps.rules.settings import RuleSettings
+
+    seen: list[dict] = []
+    report = TrialReporter(RuleSettings(), seen.append, required=("val_loss",))
+    report({"step": 1, "loss": 1.0, "note": None})
+    assert "note" not in seen[-1] and seen[-1]["sweeps/status"] == "running"
+    with pytest.raises(TrialStopped) as stop:
+        report({"step": 2, "loss": 0.9, "val_loss": None})
+    assert stop.value.verdict.reason == "bad_metric"
+    assert stop.value.verdict.evidence["metric"] == "val_loss"
+    with pytest.raises(TrialStopped):  # a list is not a number either
+        TrialReporter(RuleSettings(), seen.append)({"step": 1, "loss": [1.0, 2.0]})
+
+
+@pytest.mark.parametrize("fail", ["sys_exit", "os_exit"])
+def test_a_trainer_that_exits_is_a_crash_with_its_exit_code(linreg_dir, monkeypatch, fail):
+    monkeypatch.chdir(linreg_dir)
+    reporter, results = _run(linreg_dir, fail)  # this process survives os._exit
+    assert reporter.verdict.reason == "trainer_exit" and reporter.verdict.step == 4
+    assert reporter.verdict.evidence["exit_code"] == 3
+    assert results[-1]["sweeps/status"] == "crash"
+
+
+def test_exits_and_dead_workers_in_a_real_sweep(linreg_dir):
+    """A trainer exit is one crash, not retried; a killed worker says which process died
+    and where Ray's error file is."""
+    edit_linreg(linreg_dir, train={"fail": "os_exit"},
+                budget={"trials": 2, "concurrent": 2, "max_failures": 2},
+                confirm={"seeds": 0})
+    assert run_cli_in(linreg_dir, "run", "linreg.yaml", "--quiet") == 1  # all crashed
+    trials = read_results_csv(linreg_dir / "results" / "linreg" / "trials.csv")
+    assert list(trials["status"]) == ["crash", "crash"]
+    assert set(trials["reason"]) == {"trainer_exit"}
+    assert trials["retries"].sum() == 0, "a deterministic exit is not retried as a lost node"
+    evidence = json.loads(trials["evidence"].iloc[0])
+    assert evidence["exit_code"] == 3
+
+    edit_linreg(linreg_dir, train={"fail": "sigkill"}, name="killed",
+                budget={"trials": 1, "concurrent": 1, "max_failures": 0})
+    assert run_cli_in(linreg_dir, "run", "linreg.yaml", "--quiet") == 1
+    trials = read_results_csv(linreg_dir / "results" / "killed" / "trials.csv")
+    assert trials["status"].iloc[0] == "crash"
+    evidence = json.loads(trials["evidence"].iloc[0])
+    assert "worker process died (pid " in evidence["error"]
+    assert evidence["log"].endswith("error.txt")
+    assert (linreg_dir / "results" / "killed").resolve() in \
+        (linreg_dir / evidence["log"]).resolve().parents

@@ -1,0 +1,68 @@
+"""`sweeps resume` loads Ray Tune's pickled state only from folders this account's sweeps
+wrote and no other user can change; the check runs before Ray starts."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from sweeps.cli import main
+from sweeps.errors import SpecError
+from sweeps.state_seal import SEAL_FILE, check, seal
+
+
+def _results_folder(tmp_path):
+    folder = tmp_path / "results" / "handed-over"
+    (folder / "ray").mkdir(parents=True)
+    (folder / "ray" / "tuner.pkl").write_bytes(b"not a real pickle")
+    (folder / ".sweeps-results").write_text("marker\n")
+    (folder / "sweep.yaml").write_text("name: handed-over\n")
+    (folder / "sweep_state.json").write_text('{"source": "", "base_dir": "/", "workdir": "/"}')
+    return folder
+
+
+def test_a_sealed_folder_passes_and_moves_with_its_seal(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    folder = _results_folder(tmp_path)
+    seal(folder)
+    assert (folder / SEAL_FILE).stat().st_mode & 0o077 == 0, "the seal is private"
+    assert (tmp_path / "config" / "sweeps" / "state.key").stat().st_mode & 0o077 == 0
+    check(folder)
+    moved = tmp_path / "elsewhere"
+    folder.rename(moved)
+    check(moved)
+
+
+def test_a_folder_sealed_under_another_key_or_writable_by_others_is_refused(tmp_path,
+                                                                            monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "theirs"))
+    folder = _results_folder(tmp_path)
+    seal(folder)  # sealed by someone else's sweeps
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "mine"))
+    with pytest.raises(SpecError) as info:
+        check(folder)
+    assert "not written by sweeps under this account" in info.value.problem
+    assert "--trust-state" in info.value.fix
+    check(folder, trust=True)
+
+    seal(folder)  # now ours, but another user may write the pickled state
+    os.chmod(folder / "ray" / "tuner.pkl", 0o666)
+    with pytest.raises(SpecError) as info:
+        check(folder)
+    assert "tuner.pkl is not yours alone" in info.value.problem
+
+
+def test_resume_refuses_an_unsealed_folder_before_ray_starts(tmp_path, monkeypatch, capsys):
+    import ray
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    folder = _results_folder(tmp_path)
+    before = sorted(p.name for p in folder.rglob("*"))
+    assert main(["resume", str(folder), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"no valid {SEAL_FILE}" in err and "--trust-state" in err
+    assert not ray.is_initialized()
+    assert (folder / "ray" / "tuner.pkl").read_bytes() == b"not a real pickle"
+    assert sorted(p.name for p in folder.rglob("*") if not p.name.startswith(".sweeps.")) \
+        == [p for p in before if not p.startswith(".sweeps.")]
