@@ -12,6 +12,7 @@ import pandas as pd
 from sweeps import objectives
 from sweeps.atomic import replace_dir, write_text
 from sweeps.book import TrialBook, TrialRecord
+from sweeps.compile import EVIDENCE_KEYS
 from sweeps.confirm import Confirmation, Selection
 from sweeps.export import write_config
 from sweeps.spec import Sweep
@@ -34,8 +35,28 @@ def trial_row(sweep: Sweep, book: TrialBook, rec: TrialRecord) -> dict[str, Any]
     row.update(objectives.summary(rec.history))
     row["diagnosis"] = rec.diagnosis_text()
     row["evidence"] = json.dumps(rec.evidence, default=str) if rec.evidence else ""
-    row["warnings"] = "; ".join(rec.warnings)
+    row.update(compile_columns(sweep, rec))
+    row["warnings"] = "; ".join(rec.warnings + ([fallback_warning(rec)]
+                                                if rec.compile_fallback else []))
     return row
+
+
+def compile_columns(sweep: Sweep, rec: TrialRecord) -> dict[str, Any]:
+    """``compile_graphs`` … ``compile_cache_misses`` and ``compile_fallback`` (why a trial
+    labelled compiled ran eagerly, else ""), for sweeps with a ``compile`` knob and for
+    any trial that compiled a graph."""
+    ev = rec.compile or {}
+    if "compile" not in sweep.space and not ev.get("graphs"):
+        return {}
+    out: dict[str, Any] = {f"compile_{k}": ev.get(k) for k in EVIDENCE_KEYS}
+    out["compile_fallback"] = rec.compile_fallback or ""
+    return out
+
+
+def fallback_warning(rec: TrialRecord) -> str:
+    """The warning of a trial labelled compiled that ran eagerly."""
+    return (f"labelled compile={rec.values.get('compile')} but ran eagerly: "
+            f"{rec.compile_fallback}; its step_time is not that mode's speed")
 
 
 def trials_frame(sweep: Sweep, book: TrialBook, chosen: Selection | None = None) -> pd.DataFrame:

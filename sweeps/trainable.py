@@ -7,8 +7,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from sweeps.compile import compile_evidence, reset_compiler
 from sweeps.failures import classify, format_exception
 from sweeps.reporter import (
+    COMPILE,
     FINAL,
     STATUS,
     TRACEBACK,
@@ -74,8 +76,13 @@ def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink,
     """Run the user's trainer once with a judging ``report``; never raises for trainer errors.
 
     The last result handed to ``sink`` always carries the trial's outcome
-    (``sweeps/status`` and, for failures, reason, stop step and evidence).
+    (``sweeps/status`` and, for failures, reason, stop step and evidence). The trial starts
+    from a clean compiler state (a reused worker keeps nothing of earlier trials but the
+    on-disk compile cache), and a result carries ``sweeps/compile`` (the compile evidence,
+    JSON) whenever that evidence changed since the previous one.
     """
+    reset_compiler()
+    sink, checkpoint_sink = _with_compile_evidence(sink, checkpoint_sink)
     values = trial_values(sweep, config)
     seed = int(config.get(SEED_KEY, sweep.spec.seed))
     trainer = load_trainer(sweep.spec.trainer, sweep.trainer_paths)
@@ -104,6 +111,30 @@ def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink,
     else:
         sink({**reporter.history[-1], STATUS: "ok", FINAL: 1})
     return reporter
+
+
+def _with_compile_evidence(sink, checkpoint_sink):
+    """``sink`` and ``checkpoint_sink`` adding the compile evidence to a result when it
+    changed (compilation happens in the first steps, so a few results carry it) and always
+    to the final one."""
+    import json
+
+    sent: list[str] = [""]
+
+    def add(result: dict[str, Any]) -> dict[str, Any]:
+        text = json.dumps(compile_evidence(), sort_keys=True)
+        if text != sent[0] or result.get(FINAL):
+            sent[0] = text
+            result = {**result, COMPILE: text}
+        return result
+
+    def with_evidence(result: dict[str, Any]) -> None:
+        sink(add(result))
+
+    def checkpoint_with_evidence(result: dict[str, Any], state: Any) -> None:
+        checkpoint_sink(add(result), state)
+
+    return with_evidence, (checkpoint_with_evidence if checkpoint_sink else None)
 
 
 def ray_trainable(config: dict[str, Any], sweep: Sweep) -> None:
