@@ -12,6 +12,7 @@ import torch
 
 from sweeps.book import close_books, open_book
 from sweeps.compile import eager_fallback
+from sweeps.progress import ProgressLines
 from sweeps.results import trials_frame
 from sweeps.spec import load_sweep, load_sweep_dict
 from sweeps.trainable import prepare_process, run_trainer
@@ -103,6 +104,9 @@ def test_a_trial_that_hits_the_recompile_limit_is_flagged_and_off_the_step_time_
                 book.record(trial_id, {**result, "config": {"lr": 0.05, "compile": "default"}})
             book.finish(trial_id, None, error=False)
         rows = trials_frame(sweep, book).set_index("trial_id")
+        progress = ProgressLines(book, total=2)
+        assert "RAN EAGERLY: recompile_limit (1) hit" in progress.line(book.trials["limited"])
+        assert "EAGERLY" not in progress.line(book.trials["normal"])
     finally:
         close_books()
     limited, normal = rows.loc["limited"], rows.loc["normal"]
