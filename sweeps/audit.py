@@ -184,8 +184,9 @@ def _same_number(a: Any, b: Any) -> bool:
 
 
 def rerun(sweep: Sweep, trainer: Callable, run: Rerun, steps: int) -> Rerun:
-    """Run the trainer once to ``steps`` with the rules only observing; a trainer
-    exception ends the re-run as ``crash``."""
+    """Run the trainer once to ``steps`` with the rules only observing, from a clean compiler
+    state (the re-runs share one process); a trainer exception ends the re-run as ``crash``."""
+    from sweeps.compile import reset_compiler
     from sweeps.failures import classify, format_exception
     from sweeps.reporter import TrialReporter
     from sweeps.trainable import trial_settings, trial_values
@@ -194,6 +195,7 @@ def rerun(sweep: Sweep, trainer: Callable, run: Rerun, steps: int) -> Rerun:
     reporter = TrialReporter(trial_settings(sweep, values), lambda result: None, observe=True)
     config = sweep.trial_config(values, trial_id=run.trial_id, seed=run.seed, max_steps=steps)
     config["sweep"]["checkpoint"] = None
+    reset_compiler()
     try:
         trainer(config, reporter)
     except Exception as exc:  # noqa: BLE001 - a trainer error is this re-run's outcome

@@ -13,6 +13,7 @@ import torch
 from sweeps.book import close_books, open_book
 from sweeps.compile import eager_fallback
 from sweeps.progress import ProgressLines
+from sweeps.report import summary, write_report
 from sweeps.results import trials_frame
 from sweeps.spec import load_sweep, load_sweep_dict
 from sweeps.trainable import prepare_process, run_trainer
@@ -109,6 +110,12 @@ def test_a_trial_that_hits_the_recompile_limit_is_flagged_and_off_the_step_time_
         assert "EAGERLY" not in progress.line(book.trials["normal"])
     finally:
         close_books()
+    folder = linreg_dir / "report"
+    folder.mkdir()
+    rows.reset_index().to_csv(folder / "trials.csv", index=False)
+    assert list(summary(folder)["compile_fallbacks"]) == ["limited"]
+    html = write_report(folder, "linreg", ["val_loss"]).read_text()
+    assert "1 trial(s) labelled compiled ran eagerly" in html and "grad_mode" in html
     limited, normal = rows.loc["limited"], rows.loc["normal"]
     assert "recompile_limit (1) hit" in limited["compile_fallback"]
     assert "labelled compile=default but ran eagerly" in limited["warnings"]
@@ -141,3 +148,31 @@ def test_reused_workers_run_every_compiled_trial_compiled(linreg_dir, ray_sessio
     assert len(warm), "later trials of the mode load their graphs from the shared cache"
     eager = trials[trials["compile"] == "none"]
     assert (eager["compile_graphs"] == 0).all()
+
+
+@pytest.mark.slow
+def test_a_sweep_warns_about_compiled_trials_that_ran_eagerly(linreg_dir, ray_session,
+                                                               capsys):
+    """With dynamo's limit at 1 the no_grad evaluation runs eagerly: the end-of-run summary
+    warns, trials.csv says why, and such a trial is not on the front as a fast config."""
+    edit_linreg(linreg_dir, train={"eval_compiled": True, "steps": 20, "compile": "none",
+                                   "recompile_limit": 1},
+                search_space={"lr": {"type": "loguniform", "low": 1e-2, "high": 0.1},
+                              "compile": {"type": "categorical", "choices": ["none", "default"]}},
+                write_back={"lr": "train.lr", "compile": "train.compile"},
+                initial_points=[{"lr": 0.05, "compile": "default"},
+                                {"lr": 0.05, "compile": "none"}],
+                budget={"trials": 2, "max_steps": 20, "concurrent": 2, "scheduler": "none"},
+                confirm={"seeds": 0, "lr_probe": 0})
+    assert run_cli_in(linreg_dir, "run", "linreg.yaml", "--no-preflight") == 0
+    out = capsys.readouterr()
+    assert "labelled compile=default but ran eagerly: recompile_limit (1) hit" in out.out
+    assert "RAN EAGERLY" in out.err  # the trial's progress line
+    folder = linreg_dir / "results" / "linreg"
+    trials = read_results_csv(folder / "trials.csv").set_index("compile")
+    assert "grad_mode" in trials.loc["default", "compile_fallback"]
+    assert trials.loc["default", "objective_step_time"] != \
+        trials.loc["default", "objective_step_time"], "no step_time objective (NaN)"
+    pareto = read_results_csv(folder / "pareto.csv").set_index("trial_id")
+    compiled = trials.loc["default", "trial_id"]
+    assert compiled not in pareto.index or not pareto.loc[compiled, "on_front"]
