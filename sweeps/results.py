@@ -12,9 +12,10 @@ import pandas as pd
 from sweeps import objectives
 from sweeps.atomic import replace_dir, write_text
 from sweeps.book import TrialBook, TrialRecord
-from sweeps.compile import EVIDENCE_KEYS
+from sweeps.compile import EVIDENCE_KEYS, compile_mode
 from sweeps.confirm import Confirmation, Selection
 from sweeps.export import write_config
+from sweeps.space import Categorical, fixed_value
 from sweeps.spec import Sweep
 
 
@@ -43,14 +44,23 @@ def trial_row(sweep: Sweep, book: TrialBook, rec: TrialRecord) -> dict[str, Any]
 
 def compile_columns(sweep: Sweep, rec: TrialRecord) -> dict[str, Any]:
     """``compile_graphs`` … ``compile_cache_misses`` and ``compile_fallback`` (why a trial
-    labelled compiled ran eagerly, else ""), for sweeps with a ``compile`` knob and for
-    any trial that compiled a graph."""
+    labelled compiled ran eagerly, else ""), for sweeps whose ``compile`` knob names a
+    compiled mode and for any trial that compiled a graph."""
     ev = rec.compile or {}
-    if "compile" not in sweep.space and not ev.get("graphs"):
+    if not compiles(sweep) and not ev.get("graphs"):
         return {}
     out: dict[str, Any] = {f"compile_{k}": ev.get(k) for k in EVIDENCE_KEYS}
     out["compile_fallback"] = rec.compile_fallback or ""
     return out
+
+
+def compiles(sweep: Sweep) -> bool:
+    """Whether the sweep's ``compile`` knob can be a compiled mode."""
+    knob = sweep.space.get("compile")
+    if knob is None:
+        return False
+    modes = knob.choices if isinstance(knob, Categorical) else [fixed_value(knob)]
+    return any(compile_mode(m) != "none" for m in modes)
 
 
 def fallback_warning(rec: TrialRecord) -> str:

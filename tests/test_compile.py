@@ -89,9 +89,9 @@ def test_a_trial_that_hits_the_recompile_limit_is_flagged_and_off_the_step_time_
     prepare_process(sweep, 1)
     runs = {}
     for trial_id, limit in (("limited", 1), ("normal", 8)):
-        monkeypatch.setattr(torch._dynamo.config, "recompile_limit", limit)
         results: list[dict] = []
-        run_trainer(sweep, {"lr": 0.05, "compile": "default"}, trial_id, results.append)
+        with torch._dynamo.config.patch(recompile_limit=limit):
+            run_trainer(sweep, {"lr": 0.05, "compile": "default"}, trial_id, results.append)
         runs[trial_id] = results
     assert "grad_mode" in _evidence(runs["limited"])["limit"]
     assert _evidence(runs["normal"])["recompiles"] >= 1
