@@ -187,8 +187,9 @@ def _same_number(a: Any, b: Any) -> bool:
 
 
 def rerun(sweep: Sweep, trainer: Callable, run: Rerun, steps: int) -> Rerun:
-    """Run the trainer once to ``steps`` with the rules only observing; a trainer
-    exception ends the re-run as ``crash``."""
+    """Run the trainer once to ``steps`` with the rules only observing, from a clean compiler
+    state (the re-runs share one process); a trainer exception ends the re-run as ``crash``."""
+    from sweeps.compile import reset_compiler
     from sweeps.failures import (
         TrainerExit,
         classify,
@@ -204,6 +205,7 @@ def rerun(sweep: Sweep, trainer: Callable, run: Rerun, steps: int) -> Rerun:
                              required=trainer_metrics(sweep))
     config = sweep.trial_config(values, trial_id=run.trial_id, seed=run.seed, max_steps=steps)
     config["sweep"]["checkpoint"] = None
+    reset_compiler()
     try:
         with process_exit_raises():
             trainer(config, reporter)

@@ -18,8 +18,9 @@ from typing import Any
 from ray.tune import Callback, Stopper
 
 from sweeps import objectives, rules
+from sweeps.compile import eager_fallback
 from sweeps.journal import Journal, JournalDamaged
-from sweeps.reporter import EVIDENCE, FINAL, REASON, STATUS, STOP_STEP, TRACEBACK, WARNING
+from sweeps.reporter import COMPILE, EVIDENCE, FINAL, REASON, STATUS, STOP_STEP, TRACEBACK, WARNING
 from sweeps.rules.verdict import Verdict
 from sweeps.spec import Objective, Sweep
 from sweeps.trainable import (
@@ -60,6 +61,7 @@ class TrialRecord:
     last_seen: float = field(default_factory=time.monotonic)
     finished: bool = False
     diagnosis: dict[str, Any] | None = None
+    compile: dict[str, Any] | None = None  # compile evidence (sweeps.compile.compile_evidence)
 
     def set_failure(self, status: str, verdict: Verdict) -> None:
         self.status, self.reason = status, verdict.reason
@@ -77,6 +79,14 @@ class TrialRecord:
     def flagged(self) -> bool:
         """Failed, or pruned with a diagnosis of the rules: a region the sampler avoids."""
         return self.failed or self.diagnosis is not None
+
+    @property
+    def compile_fallback(self) -> str | None:
+        """Why a trial labelled compiled ran eagerly (its step time is no compiled speed),
+        or None: eager by label, ran compiled, crashed, or no evidence came back."""
+        if self.compile is None or self.status == "crash":
+            return None
+        return eager_fallback(self.values.get("compile"), self.compile)
 
     def diagnosis_text(self) -> str:
         """``flat_at_baseline at step 75 (since step 0)``, or "" without a diagnosis."""
@@ -185,11 +195,13 @@ class TrialBook:
         self.journal.write(rec.trial_id, "outcome", {
             "status": rec.status, "reason": rec.reason, "stop_step": rec.stop_step,
             "evidence": rec.evidence, "error": rec.error, "warnings": rec.warnings,
-            "finished": rec.finished, "diagnosis": rec.diagnosis})
+            "finished": rec.finished, "diagnosis": rec.diagnosis, "compile": rec.compile})
 
     def record(self, trial_id: str, result: Mapping[str, Any]) -> TrialRecord:
         """Take one result; judge it with the rules unless the trial already judged itself."""
         rec = self._get(trial_id, result.get("config"))
+        if result.get(COMPILE) and not rec.finished:
+            rec.compile = _compile_evidence(result[COMPILE])
         if rec.finished or rec.failed:
             return rec
         metrics = {k: v for k, v in result.items()
@@ -273,8 +285,10 @@ class TrialBook:
         return sum(rec.last_step for rec in self.trials.values() if rec.role == role)
 
     def objective_values(self, rec: TrialRecord, objs: list[Objective]) -> list[float | None]:
-        """Raw objective values of a trial (None where a metric was never reported)."""
-        return [objectives.metric_value(rec.history, o.metric) for o in objs]
+        """Raw objective values of a trial (None where a metric was never reported, and
+        for the step time of a trial labelled compiled that ran eagerly)."""
+        return [None if o.metric == "step_time" and rec.compile_fallback
+                else objectives.metric_value(rec.history, o.metric) for o in objs]
 
     def penalised_values(self, rec: TrialRecord, objs: list[Objective]) -> list[float]:
         """Values to tell the sampler: a failed trial is worse than any finished one."""
@@ -323,6 +337,7 @@ def _load_event(trial_id: str, rec: TrialRecord | None, kind: str,
         rec.warnings = list(payload.get("warnings") or [])
         rec.finished = bool(payload.get("finished"))
         rec.diagnosis = payload.get("diagnosis")
+        rec.compile = payload.get("compile")
     return rec
 
 
@@ -355,6 +370,15 @@ def worker_failure(error: str, log: str | None) -> dict[str, Any]:
     if log:
         out["log"] = log
     return out
+
+
+def _compile_evidence(value: Any) -> dict[str, Any] | None:
+    """The ``sweeps/compile`` value of a result as a dict (None if unreadable)."""
+    try:
+        out = json.loads(value) if isinstance(value, str) else dict(value)
+    except (ValueError, TypeError):
+        return None
+    return out if isinstance(out, dict) else None
 
 
 def last_step(history: list[dict[str, Any]]) -> int:

@@ -19,7 +19,13 @@ from sweeps.book import TrialBook, TrialRecord, close_books, open_book, run_here
 from sweeps.errors import PreflightFailed, SpecError
 from sweeps.ray_session import ray_running
 from sweeps.report import write_report
-from sweeps.results import trials_frame, write_csv, write_front, write_histories
+from sweeps.results import (
+    fallback_warning,
+    trials_frame,
+    write_csv,
+    write_front,
+    write_histories,
+)
 from sweeps.runner import run_configs, run_search
 from sweeps.search import fail_interrupted
 from sweeps.select import candidates, pareto_front
@@ -220,5 +226,7 @@ def write_outputs(sweep: Sweep, book: TrialBook, front: list[TrialRecord],
                 "rewrites the outputs and logs them)"]
     write_text(out / TRACKING_NOTE, "\n".join(note) + "\n")
     warnings = [w for w in [chosen.base_warning()] if w]
+    warnings += [f"trial {rec.trial_id} {fallback_warning(rec)}"
+                 for rec in book.trials.values() if rec.compile_fallback]
     return SweepOutcome(sweep, book, front, chosen, paths, trials, pareto, report, warnings,
                         tracking=tracked, tracking_error=error)

@@ -114,6 +114,8 @@ class ProgressLines(Callback):
             what += f" · {rec.diagnosis_text()}"
         if rec.status == "crash" and rec.evidence.get("error"):
             what += f": {str(rec.evidence['error'])[:160]}"
+        if rec.compile_fallback:
+            what += f" · RAN EAGERLY: {rec.compile_fallback[:120]}"
         count = f"{self.done}/{self.total}" if self.total is not None else self.count()
         return f"[{count}] {rec.trial_id} {what}  {knobs}"
 

@@ -234,6 +234,7 @@ def summary_of(res: Results) -> dict[str, Any]:
                     for r in res.pareto.to_dict(orient="records")
                     if r.get("selection") in ("fragile", "incomplete")},
         "base": _base_summary(res),
+        "compile_fallbacks": compile_fallbacks(res.trials),
         "stable_yamls": res.stable,
         "best_yaml": str(res.folder / res.stable[0]) if res.stable else None,
     }
@@ -489,7 +490,7 @@ def _header(res: Results, info: dict[str, Any]) -> str:
             f"</p><p>failures by reason: "
             f"{_badges(info['failures'], plots.OUTCOME_COLOURS)}</p>"
             f"<h3>Stable configs (best first)</h3>{stable_html}"
-            f"{_warning_html(res)}"
+            f"{_warning_html(res)}{_compile_html(res)}"
             "<nav><a href='#pareto'>Pareto front</a><a href='#seeds'>Fresh seeds</a>"
             "<a href='#map'>Stability map</a>"
             "<a href='#curves'>Curves</a><a href='#taxonomy'>Failure taxonomy</a>"
@@ -516,6 +517,26 @@ def _warning_html(res: Results) -> str:
         return ""
     lines = [h[2:] for h in head if h.startswith("# WARNING") or "UNCONFIRMED" in h]
     return "".join(f"<p class=note><b>{e(line)}</b></p>" for line in lines)
+
+
+def compile_fallbacks(trials: pd.DataFrame) -> dict[str, str]:
+    """Trials labelled compiled that ran eagerly (trials.csv ``compile_fallback``): id -> why."""
+    if "compile_fallback" not in trials:
+        return {}
+    rows = trials[trials["compile_fallback"].fillna("").astype(str) != ""]
+    return {str(t): str(r) for t, r in zip(rows["trial_id"], rows["compile_fallback"],
+                                           strict=True)}
+
+
+def _compile_html(res: Results) -> str:
+    """A warning naming the trials labelled compiled that ran eagerly, else ''."""
+    found = compile_fallbacks(res.trials)
+    if not found:
+        return ""
+    items = "".join(f"<li><b>{e(t)}</b>: {e(r)}</li>" for t, r in found.items())
+    return (f"<p class=note><b>WARNING: {len(found)} trial(s) labelled compiled ran eagerly"
+            "</b>; their step_time is not counted as the compile mode's speed (they are "
+            f"left off the step-time Pareto front):</p><ul>{items}</ul>")
 
 
 def _images(items: list[tuple[str, str]], empty: str) -> str:

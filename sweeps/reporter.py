@@ -27,6 +27,7 @@ EVIDENCE = "sweeps/evidence"
 WARNING = "sweeps/warning"
 TRACEBACK = "sweeps/traceback"
 FINAL = "sweeps/final"  # marks a summary result that repeats the last report
+COMPILE = "sweeps/compile"  # the trial's compile evidence (JSON), when it changed
 
 
 class TrialStopped(BaseException):  # noqa: N818 - a control-flow signal, like GeneratorExit

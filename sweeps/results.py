@@ -12,8 +12,10 @@ import pandas as pd
 from sweeps import objectives
 from sweeps.atomic import replace_dir, write_text
 from sweeps.book import TrialBook, TrialRecord
+from sweeps.compile import EVIDENCE_KEYS, compile_mode
 from sweeps.confirm import Confirmation, Selection
 from sweeps.export import write_config
+from sweeps.space import Categorical, fixed_value
 from sweeps.spec import Sweep
 
 
@@ -34,8 +36,37 @@ def trial_row(sweep: Sweep, book: TrialBook, rec: TrialRecord) -> dict[str, Any]
     row.update(objectives.summary(rec.history))
     row["diagnosis"] = rec.diagnosis_text()
     row["evidence"] = json.dumps(rec.evidence, default=str) if rec.evidence else ""
-    row["warnings"] = "; ".join(rec.warnings)
+    row.update(compile_columns(sweep, rec))
+    row["warnings"] = "; ".join(rec.warnings + ([fallback_warning(rec)]
+                                                if rec.compile_fallback else []))
     return row
+
+
+def compile_columns(sweep: Sweep, rec: TrialRecord) -> dict[str, Any]:
+    """``compile_graphs`` … ``compile_cache_misses`` and ``compile_fallback`` (why a trial
+    labelled compiled ran eagerly, else ""), for sweeps whose ``compile`` knob names a
+    compiled mode and for any trial that compiled a graph."""
+    ev = rec.compile or {}
+    if not compiles(sweep) and not ev.get("graphs"):
+        return {}
+    out: dict[str, Any] = {f"compile_{k}": ev.get(k) for k in EVIDENCE_KEYS}
+    out["compile_fallback"] = rec.compile_fallback or ""
+    return out
+
+
+def compiles(sweep: Sweep) -> bool:
+    """Whether the sweep's ``compile`` knob can be a compiled mode."""
+    knob = sweep.space.get("compile")
+    if knob is None:
+        return False
+    modes = knob.choices if isinstance(knob, Categorical) else [fixed_value(knob)]
+    return any(compile_mode(m) != "none" for m in modes)
+
+
+def fallback_warning(rec: TrialRecord) -> str:
+    """The warning of a trial labelled compiled that ran eagerly."""
+    return (f"labelled compile={rec.values.get('compile')} but ran eagerly: "
+            f"{rec.compile_fallback}; its step_time is not that mode's speed")
 
 
 def trials_frame(sweep: Sweep, book: TrialBook, chosen: Selection | None = None) -> pd.DataFrame:

@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from sweeps.compile import compile_evidence, reset_compiler
 from sweeps.failures import (
     TrainerExit,
     classify,
@@ -15,6 +16,7 @@ from sweeps.failures import (
     process_exit_raises,
 )
 from sweeps.reporter import (
+    COMPILE,
     FINAL,
     STATUS,
     TRACEBACK,
@@ -80,8 +82,13 @@ def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink,
     """Run the user's trainer once with a judging ``report``; never raises for trainer errors.
 
     The last result handed to ``sink`` always carries the trial's outcome
-    (``sweeps/status`` and, for failures, reason, stop step and evidence).
+    (``sweeps/status`` and, for failures, reason, stop step and evidence). The trial starts
+    from a clean compiler state (a reused worker keeps nothing of earlier trials but the
+    on-disk compile cache), and a result carries ``sweeps/compile`` (the compile evidence,
+    JSON) whenever that evidence changed since the previous one.
     """
+    reset_compiler()
+    sink, checkpoint_sink = _with_compile_evidence(sink, checkpoint_sink)
     values = trial_values(sweep, config)
     seed = int(config.get(SEED_KEY, sweep.spec.seed))
     trainer = load_trainer(sweep.spec.trainer, sweep.trainer_paths)
@@ -137,6 +144,30 @@ def _crashed(reporter: TrialReporter, sink, verdict: Verdict,
     sink({**(reporter.history[-1] if reporter.history else {"step": 0}), FINAL: 1,
           **unstable_fields(verdict, status="crash"), **extra})
     return reporter
+
+
+def _with_compile_evidence(sink, checkpoint_sink):
+    """``sink`` and ``checkpoint_sink`` adding the compile evidence to a result when it
+    changed (compilation happens in the first steps, so a few results carry it) and always
+    to the final one."""
+    import json
+
+    sent: list[str] = [""]
+
+    def add(result: dict[str, Any]) -> dict[str, Any]:
+        text = json.dumps(compile_evidence(), sort_keys=True)
+        if text != sent[0] or result.get(FINAL):
+            sent[0] = text
+            result = {**result, COMPILE: text}
+        return result
+
+    def with_evidence(result: dict[str, Any]) -> None:
+        sink(add(result))
+
+    def checkpoint_with_evidence(result: dict[str, Any], state: Any) -> None:
+        checkpoint_sink(add(result), state)
+
+    return with_evidence, (checkpoint_with_evidence if checkpoint_sink else None)
 
 
 def ray_trainable(config: dict[str, Any], sweep: Sweep) -> None:

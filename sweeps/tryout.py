@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from rich.console import Console
 
+from sweeps.compile import compile_mode, eager_fallback
 from sweeps.config_paths import get_path
 from sweeps.errors import SpecError
-from sweeps.reporter import FINAL, TrialReporter
+from sweeps.reporter import COMPILE, FINAL, TrialReporter
 from sweeps.space import Fixed, central_value
 from sweeps.spec import Sweep
 from sweeps.trainable import SEED_KEY, prepare_process, run_trainer
@@ -44,7 +46,11 @@ def try_trial(sweep: Sweep, sets: dict[str, Any], *, steps: int | None = None,
     console.print("try: " + ", ".join(f"{k}={v}" for k, v in {**values, **extra}.items()))
     prepare_process(sweep, int(sweep.spec.resources.cpu))
 
+    evidence: dict[str, Any] = {}
+
     def sink(result: dict[str, Any]) -> None:
+        if result.get(COMPILE):
+            evidence.update(json.loads(result[COMPILE]))
         if result.get(FINAL):
             return
         step = result.get("step", 0)
@@ -61,11 +67,23 @@ def try_trial(sweep: Sweep, sets: dict[str, Any], *, steps: int | None = None,
     if unfollowed:
         console.print(f"[bold red]error[/]: {unfollowed} (write_back.lr: "
                       f"'{sweep.spec.write_back.get('lr')}'); the sweep would tune nothing")
+    if evidence.get("graphs") or compile_mode(values.get("compile")) != "none":
+        console.print(compile_line(values.get("compile"), evidence), markup=False)
     if reporter.verdict is None:
         console.print(f"no rule fired over {len(reporter.history)} reports: stable")
     else:
         console.print(f"[bold red]stopped[/]: {reporter.verdict.summary()}")
     return reporter
+
+
+def compile_line(mode: Any, ev: dict[str, Any]) -> str:
+    """``compile: 1 graph(s), 0 recompile(s), …`` and, for a compiled label that ran
+    eagerly, why."""
+    line = (f"compile: {ev.get('graphs', 0)} graph(s), {ev.get('recompiles', 0)} "
+            f"recompile(s), {ev.get('graph_breaks', 0)} graph break(s), cache "
+            f"{ev.get('cache_hits', 0)} hit / {ev.get('cache_misses', 0)} miss")
+    why = eager_fallback(compile_mode(mode), ev)
+    return line + (f"; WARNING: labelled compile={mode} but ran eagerly: {why}" if why else "")
 
 
 #: The optimizer's peak LR must lie within this factor of the sampled lr (a schedule's

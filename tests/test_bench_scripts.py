@@ -63,3 +63,16 @@ def test_efficiency_gives_every_method_the_same_step_budget(tmp_path):
     assert unstable, "lr up to 30 must give unstable trials"
     assert all(t["steps"] < steps for t in unstable), "sweeps stops them early"
     assert "| linreg" in stdout
+
+
+def test_compile_bench_measures_cold_and_warm_trials(tmp_path):
+    stdout, data = _run("compile.py", [
+        "--trainer", "regression", "--events", "256", "--steps", "3", "--modes", "default",
+        "--repeats", "1", "--limit-trials", "0"], tmp_path, "compile-tiny")
+    raw = data["raw"]["default"]
+    assert raw["cold"][0]["evidence"]["cache_misses"] > 0
+    for scenario in ("warm, same worker", "warm, new worker"):
+        warm = raw[scenario][0]["evidence"]
+        assert warm["graphs"] == 1 and warm["cache_hits"] > 0 and warm["cache_misses"] == 0
+    assert raw["other dropout, same worker"][0]["evidence"]["cache_misses"] > 0
+    assert "default, warm, same worker: warm = " in stdout

@@ -80,6 +80,21 @@ def test_compile_modes_that_cannot_work_are_dropped(monkeypatch):
     assert "InvalidCxxCompiler" in findings[0].message
 
 
+def test_a_continuous_dropout_beside_compiled_modes_gets_a_note(linreg_dir):
+    from sweeps.preflight.compile_check import shared_compiles
+    from sweeps.space import Categorical, Uniform
+
+    sweep = load_sweep(linreg_dir / "linreg.yaml")
+    space = dict(sweep.space)
+    assert shared_compiles(space, ["none", "default"]) == []  # no dropout knob
+    space["dropout"] = Uniform(type="uniform", low=0.0, high=0.3)
+    note = shared_compiles(space, ["none", "default"])
+    assert len(note) == 1 and note[0].level == "info" and "categorical" in note[0].fix
+    assert shared_compiles(space, ["none"]) == []
+    space["dropout"] = Categorical(type="categorical", choices=[0.0, 0.1])
+    assert shared_compiles(space, ["default"]) == []
+
+
 def test_a_schedule_floor_above_the_low_end_of_the_lr_range_is_flagged(linreg_dir,
                                                                         monkeypatch):
     monkeypatch.chdir(linreg_dir)

@@ -35,7 +35,9 @@ def test_try_compiles_with_the_shared_inductor_cache(linreg_dir, capsys, monkeyp
     code = main(["try", "linreg.yaml", "--set", "lr=0.05", "--set", "train.compile=default",
                  "--steps", "20"])
     assert code == 0
-    assert "train.compile=default" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "train.compile=default" in out
+    assert "compile: 1 graph(s), 0 recompile(s), 0 graph break(s)" in out
     cache = linreg_dir / "results" / "linreg" / "inductor_cache"
     assert cache.is_dir() and any(cache.iterdir()), "compiled graphs land in the shared cache"
 

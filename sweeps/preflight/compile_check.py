@@ -76,3 +76,22 @@ def check_modes(modes: list[str], *, gpu_requested: bool,
                 f"({reason})", "install a working compiler toolchain (and Triton on GPU), or "
                 "leave this mode out of the search space", {"mode": mode, "error": reason}))
     return usable, findings
+
+
+def shared_compiles(space: dict, modes: list[str]) -> list[Finding]:
+    """A note when a continuous ``dropout`` is searched beside compiled modes: dropout is a
+    constant of the compiled graph, so each new value is a new graph and a cold compile;
+    only trials that repeat a graph (confirmation seeds, the LR probe, equal dropout) load
+    theirs from the shared cache."""
+    from sweeps.space import LogUniform, Uniform
+
+    compiled = [m for m in modes if m != "none"]
+    if not compiled or not isinstance(space.get("dropout"), (Uniform, LogUniform)):
+        return []
+    return [Finding(
+        "compile", "info", f"dropout is searched over a continuous range beside {compiled}: "
+        "it is a constant of the compiled graph, so every compiled trial with a new dropout "
+        "compiles its graph anew; the shared cache serves trials that repeat a graph "
+        "(confirmation seeds, the LR probe)",
+        "to let compiled trials share their graphs, search dropout as a categorical "
+        "(e.g. choices [0.0, 0.1, 0.2]) or fix it", {"modes": compiled})]

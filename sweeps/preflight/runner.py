@@ -6,7 +6,7 @@ import importlib
 from dataclasses import replace
 from typing import Any
 
-from sweeps.preflight.compile_check import check_modes
+from sweeps.preflight.compile_check import check_modes, shared_compiles
 from sweeps.preflight.findings import Finding
 from sweeps.preflight.input_check import check_batch
 from sweeps.preflight.schedule_check import check_curve, lr_curve
@@ -51,6 +51,7 @@ def _compile(sweep: Sweep, findings: list[Finding]) -> Sweep:
     usable, found = check_modes([str(m) for m in modes], gpu_requested=sweep.spec.resources.gpu > 0,
                                 timeout=sweep.spec.preflight.compile_timeout)
     findings.extend(found)
+    findings.extend(shared_compiles(sweep.space, [str(m) for m in usable]))
     if usable == modes:
         return sweep
     if not usable:

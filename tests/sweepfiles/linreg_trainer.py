@@ -7,6 +7,9 @@ variance (the random-prediction baseline, 1.0 here) for the whole budget.
 With ``train.fragile_above`` set, an LR above it is the best on seeds divisible by
 3 (the search seed 0) and settles in a bad basin on every other seed:
 the first weight stays at zero, the loss is smooth and finite, and no rule can fire.
+With ``train.eval_compiled`` the validation loss goes through the compiled model under
+``no_grad`` (as nanoGPT-style trainers do), a recompile for every trial;
+``train.recompile_limit`` sets dynamo's limit (1: that evaluation runs eagerly).
 """
 
 import os
@@ -39,6 +42,8 @@ def train(config, report):
     y = y / y.std()
     model = torch.nn.Linear(8, 1, bias=False)
     torch.nn.init.zeros_(model.weight)
+    if "recompile_limit" in t:
+        torch._dynamo.config.recompile_limit = int(t["recompile_limit"])
     forward = compile_model(model, t.get("compile", "none"))
     opt = torch.optim.SGD(model.parameters(), lr=float(t["lr"]))
     monitor = Monitor(model, opt)
@@ -76,7 +81,8 @@ def train(config, report):
         metrics["step"] = step
         if (step % 10 == 0 or step == steps) and t.get("fail") != "no_val":
             with torch.no_grad():
-                metrics["val_loss"] = float(torch.nn.functional.mse_loss(model(x[384:]),
+                evaluate = forward if t.get("eval_compiled") else model
+                metrics["val_loss"] = float(torch.nn.functional.mse_loss(evaluate(x[384:]),
                                                                          y[384:]))
         if t.get("sleep"):
             time.sleep(float(t["sleep"]))
