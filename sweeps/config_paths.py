@@ -6,6 +6,8 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from sweeps.errors import a_type
+
 _MISSING = object()
 
 
@@ -65,7 +67,7 @@ def with_values(config: Mapping[str, Any], values: Mapping[str, Any]) -> dict[st
             if nxt is None:
                 nxt = node[key] = {}
             elif not isinstance(nxt, dict):
-                raise ValueError(f"{path!r}: {key!r} holds a {type(nxt).__name__}, not a mapping")
+                raise ValueError(f"{path!r}: {key!r} holds {a_type(nxt)}, not a mapping")
             node = nxt
         node[keys[-1]] = value
     return out

@@ -29,3 +29,16 @@ class ClusterNotReady(Exception):
     """A cluster did not become ready to take a job in time; the CLI exits with 1."""
 
     exit_code = 1
+
+
+def a_type(value: object) -> str:
+    """``value``'s type with its article, for messages: ``an int``, ``a list``.
+
+    Example:
+        >>> a_type(3), a_type([1]), a_type(None)
+        ('an int', 'a list', 'nothing (null)')
+    """
+    if value is None:
+        return "nothing (null)"
+    name = type(value).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"

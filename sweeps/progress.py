@@ -34,6 +34,7 @@ class ProgressLines(Callback):
         self._live: Live | None = None
         self._last_draw = 0.0
         self.start = time.monotonic()
+        self.first_result: float | None = None  # when training began (Ray, data, compile done)
         self.done = 0
         self.running = 0
         self.counts: Counter[str] = Counter()
@@ -56,6 +57,11 @@ class ProgressLines(Callback):
         self.running = sum(1 for t in trials if t.status == "RUNNING")
         if self._use_live() and time.monotonic() - self._last_draw > 0.5:
             self._draw()
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict,
+                        **info: Any) -> None:
+        if self.first_result is None:
+            self.first_result = time.monotonic()
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._finished(trial, error=False)
@@ -129,14 +135,23 @@ class ProgressLines(Callback):
     def step_budget(self) -> int | None:
         return self.book.sweep.search_steps
 
-    def eta(self) -> tuple[float, float]:
-        elapsed = time.monotonic() - self.start
+    def eta(self, now: float | None = None) -> tuple[float, float]:
+        """Seconds elapsed, and left (NaN until it can be told).
+
+        The rate is measured from the first result on, so Ray's start-up is not spread
+        over the remaining trials, and only once as many trials finished as run at once
+        (the first ones to finish are the ones a scheduler or rule cut short)."""
+        now = time.monotonic() if now is None else now
+        elapsed = now - self.start
+        training = now - self.first_result if self.first_result is not None else 0.0
+        concurrent = max(1, self.book.sweep.spec.budget.concurrent)
+        if training <= 0 or self.done < concurrent:
+            return elapsed, math.nan
         if self.total is None and self.step_budget:
             spent = self.book.steps_spent()
-            left = elapsed / spent * max(0, self.step_budget - spent) if spent else math.nan
+            left = training / spent * max(0, self.step_budget - spent) if spent else math.nan
         else:
-            left = elapsed / self.done * max(0, self.total - self.done) if self.done else \
-                math.nan
+            left = training / self.done * max(0, self.total - self.done)
         return elapsed, left
 
     def tally(self) -> str:

@@ -27,7 +27,7 @@ from pydantic import (
 from sweeps import strict_yaml
 from sweeps.compile import COMPILE_MODES
 from sweeps.config_paths import collision, split_path, with_values
-from sweeps.errors import SpecError
+from sweeps.errors import SpecError, a_type
 from sweeps.rules.settings import RuleSettings
 from sweeps.space import (
     KNOB_TYPES,
@@ -270,7 +270,7 @@ def load_sweep(path: str | Path, *, import_trainer: bool = True,
 def load_sweep_dict(data: Any, *, base_dir: Path, import_trainer: bool = True) -> Sweep:
     """Validate an already-parsed sweep mapping. Raises only :class:`SpecError`."""
     if not isinstance(data, Mapping):
-        raise SpecError("(top level)", f"the sweep file holds a {type(data).__name__}, "
+        raise SpecError("(top level)", f"the sweep file holds {a_type(data)}, "
                         "not a mapping", "write keys such as name:, trainer:, write_back:")
     spec = _validate(SweepFile, data, "")
     if not _NAME.fullmatch(spec.name):
@@ -361,7 +361,7 @@ def _base_config(value: str | dict[str, Any] | None, base_dir: Path) -> dict[str
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
-        raise SpecError("base_config", f"the base config holds a {type(data).__name__}, "
+        raise SpecError("base_config", f"the base config holds {a_type(data)}, "
                         "not a mapping", "point it at a YAML file of key: value sections")
     for key in data:
         if not isinstance(key, str):
@@ -379,7 +379,7 @@ def _space(value: str | dict[str, Any], base_dir: Path) -> dict[str, _Knob]:
         raw = read_yaml(_space_file(value, base_dir), "search_space")
         key_root = "search_space"
         if not isinstance(raw, Mapping):
-            raise SpecError("search_space", f"{value} holds a {type(raw).__name__}, "
+            raise SpecError("search_space", f"{value} holds {a_type(raw)}, "
                             "not a mapping", "write one 'knob: {type: ..., ...}' per line")
         return _knobs(dict(raw), key_root)
     raw = dict(value)
@@ -391,7 +391,7 @@ def _space(value: str | dict[str, Any], base_dir: Path) -> dict[str, _Knob]:
                             "write e.g. 'extends: sweeps:default' (the six default knobs)")
         base = read_yaml(_space_file(ext, base_dir), "search_space.extends")
         if not isinstance(base, Mapping):
-            raise SpecError("search_space.extends", f"{ext} holds a {type(base).__name__}, "
+            raise SpecError("search_space.extends", f"{ext} holds {a_type(base)}, "
                             "not a mapping", "point it at a search space file")
         merged.update(base)
     merged.update(raw)

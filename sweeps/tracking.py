@@ -140,13 +140,14 @@ def log_sweep(sweep: Sweep, book: TrialBook, selection_tags: dict[str, dict[str,
     parent = client.create_run(exp_id, run_name=sweep.name, tags=tags)
     pid = parent.info.run_id
     try:
-        counts: dict[str, int] = {}
+        counts: dict[str, int] = {}  # search trials by outcome; re-runs apart
         for rec in book.trials.values():
-            counts[rec.status] = counts.get(rec.status, 0) + 1
+            key = f"trials_{rec.status}" if rec.role == "search" else f"{rec.role}_runs"
+            counts[key] = counts.get(key, 0) + 1
             _log_trial(client, exp_id, pid, rec, selection_tags.get(rec.trial_id, {}), names,
                        Metric, Param, RunTag)
         client.log_batch(pid, metrics=[
-            Metric(f"trials_{k}", float(v), int(time.time() * 1000), 0)
+            Metric(k, float(v), int(time.time() * 1000), 0)
             for k, v in counts.items()],
             params=[Param("trials", str(sweep.spec.budget.trial_cap or "no cap")),
                     Param("max_steps", str(sweep.spec.budget.max_steps)),

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sweeps.errors import SpecError
+from sweeps.errors import SpecError, a_type
 
 Trainer = Callable[[dict, Callable[[dict], None]], None]
 
@@ -54,7 +54,7 @@ def load_trainer(target: str, paths: Sequence[str] = (), key: str = "trainer") -
                 f"define 'def {func_name}(config, report)' in {module_name}"
             raise SpecError(key, f"{module_name!r} has no attribute {func_name!r}", fix)
     if not callable(func):
-        raise SpecError(key, f"{target!r} is a {type(func).__name__}, not a function",
+        raise SpecError(key, f"{target!r} is {a_type(func)}, not a function",
                         "point it at a function train(config, report)")
     try:
         inspect.signature(func).bind({}, lambda m: None)

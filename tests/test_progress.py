@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 from types import SimpleNamespace
 
 import yaml
@@ -28,6 +29,7 @@ def _trial(trial_id, lr, steps, val, reason=None):
 
 
 def _feed(progress, book, trial):
+    progress.on_trial_result(0, [], trial, trial.last_result)
     final = trial.last_result.get("sweeps/final")
     for h in trial.history if final else trial.history[:-1]:
         book.record(trial.trial_id, {**h, "config": trial.last_result["config"]})
@@ -77,3 +79,17 @@ def test_step_budget_counts_steps(linreg_dir, monkeypatch):
     text = out.getvalue()
     assert "[2 done, 25/100 steps] b unstable (non_finite @ 5)" in text
     assert book.steps_spent() == 25
+
+
+def test_time_left_ignores_start_up_and_waits_for_a_full_round(linreg_dir, monkeypatch):
+    """Ray's start-up is not spread over the remaining trials, and no estimate is shown
+    before as many trials finished as run at once (budget.concurrent: 2 here)."""
+    monkeypatch.chdir(linreg_dir)
+    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml"))
+    progress = ProgressLines(book, 10, console=Console(file=io.StringIO(), width=200))
+    progress.start, progress.first_result = 0.0, 30.0  # 30 s to start Ray and the trainer
+    progress.done = 1
+    assert math.isnan(progress.eta(now=40.0)[1])
+    progress.done = 2
+    elapsed, left = progress.eta(now=40.0)  # 2 trials in 10 s of training: 8 more in 40 s
+    assert elapsed == 40.0 and left == 40.0

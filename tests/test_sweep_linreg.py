@@ -117,6 +117,13 @@ def test_mlflow_has_a_run_per_trial_with_reason_tags(linreg_run):
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     trials = _trials(linreg_run)
     assert len(parents) == 1 and len(children) == len(trials)
+    search = trials[trials["role"] == "search"]
+    counted = {k: v for k, v in parents[0].data.metrics.items() if k.startswith("trials_")}
+    assert sum(counted.values()) == len(search), "the outcome counts are of search trials"
+    assert counted == {f"trials_{k}": float(v) for k, v in search["status"].value_counts().items()}
+    reruns = trials[trials["role"] != "search"]
+    for role, n in reruns["role"].value_counts().items():
+        assert parents[0].data.metrics[f"{role}_runs"] == n
     for run in children:
         tags = run.data.tags
         row = trials[trials["trial_id"] == run.info.run_name].iloc[0]
