@@ -10,12 +10,17 @@ candidate (a search trial) is re-run on ``confirm.seeds`` new seeds and once at
   improvement over the random-guess loss that the worst seed gives up, when
   ``rules.baseline_loss`` is set; ``(worst - best) / |best|`` otherwise;
 - ``incomplete``: fewer re-runs were recorded than planned (e.g. 0 of 2);
+- ``poor``: holds on every seed, but it is off the front (tried because better
+  configs proved fragile) and its fresh-seed mean is more than ``confirm.tolerance``
+  behind the best confirmed config's: stable, not good, so not handed over;
 - ``confirmed``: every planned re-run recorded, stable, and within the tolerance;
 - ``unconfirmed``: no confirmation seeds were planned (``confirm.seeds: 0``).
 
 Confirmed configs are ranked by their mean quality over the *fresh* seeds (the
 search seed is where the config was picked for being good, so its value is
 optimistic), the worst seed breaking ties: the order is what the user will get.
+A candidate whose search trial the scheduler pruned is judged on its fresh seeds
+alone (its search run was cut short, so its value is not comparable).
 Candidates are confirmed in rounds down the ranked list until ``confirm.keep``
 hold or ``confirm.max_candidates`` were tried. The base config's own knob values
 run on the same seeds (``confirm.base``) as a reference.
@@ -52,7 +57,8 @@ class SeedRun:
 
     @classmethod
     def of(cls, rec: TrialRecord, metric: str) -> SeedRun:
-        return cls(rec.seed, rec.status, rec.reason, rec.stop_step,
+        step = rec.last_step if rec.status == "pruned" else rec.stop_step  # where it was cut
+        return cls(rec.seed, rec.status, rec.reason, step,
                    objectives.metric_value(rec.history, metric))
 
     def failure(self) -> str:
@@ -74,6 +80,8 @@ class Confirmation:
     lr_sensitivity: float | None = None
     on_front: bool = True
     baseline: float | None = None
+    #: The best holding candidate's fresh-seed mean, when this one is far behind it.
+    poor_against: float | None = None
 
     # ---- per-seed figures
     @property
@@ -158,6 +166,14 @@ class Confirmation:
         spread = self.spread
         if spread is not None and spread > self.tolerance:
             return "fragile", self._gap_text(spread)
+        if self.poor_against is not None and self.mean is not None:
+            gap = objectives.quality_gap(self.mean, self.poor_against, self.quality.mode,
+                                         self.baseline)
+            return "poor", (f"holds on every seed, but its mean {self.quality.metric} over "
+                            f"fresh seeds, {self.mean:.4g}, is {gap:.0%} behind the best "
+                            f"confirmed config's {self.poor_against:.4g} (tolerance "
+                            f"{self.tolerance:.0%}), and it is on no front that trades "
+                            "quality for another objective")
         return None
 
     @property
@@ -178,7 +194,7 @@ class Confirmation:
 
     @property
     def verdict(self) -> str:
-        """confirmed | fragile | incomplete | unconfirmed (see the module docstring)."""
+        """confirmed | fragile | incomplete | poor | unconfirmed (see the module docstring)."""
         problem = self._problem()
         if problem is not None:
             return problem[0]
@@ -320,6 +336,27 @@ def base_reference(sweep: Sweep, book: TrialBook) -> BaseReference | None:
 Runner = Callable[[list[dict[str, Any]], str], None]
 
 
+def _holding(judged: list[Confirmation]) -> int:
+    """How many hold, once those far behind the best are marked ``poor``.
+
+    A candidate off the front (a dominated or pruned search trial, tried because better
+    ones proved fragile) that holds on every seed but whose fresh-seed mean is more than
+    ``confirm.tolerance`` behind the best holding candidate's is not handed over: it is
+    stable, not good. Front members trade quality for another objective and are kept.
+    """
+    for c in judged:
+        c.poor_against = None
+    holding = [c for c in judged if c.holds and c.mean is not None]
+    if not holding:
+        return 0
+    best = min(holding, key=Confirmation.rank_key).mean
+    for c in holding:
+        if not c.on_front and objectives.quality_gap(c.mean, best, c.quality.mode,
+                                                      c.baseline) > c.tolerance:
+            c.poor_against = best
+    return sum(c.holds for c in judged)
+
+
 def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: list[TrialRecord],
            run: Runner) -> Selection:
     """Confirm ``ordered`` candidates in rounds until ``confirm.keep`` hold.
@@ -336,8 +373,8 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
     notes: list[str] = []
     base_runs = plan_base(sweep)
     round_no = 1
-    while queue and sum(c.holds for c in judged) < conf.keep:
-        need = conf.keep - sum(c.holds for c in judged)
+    while queue and _holding(judged) < conf.keep:
+        need = conf.keep - _holding(judged)
         batch, queue = queue[:need], queue[need:]
         runs = plan(sweep, batch) + (base_runs if round_no == 1 else [])
         spent = sum(r.last_step for r in book.trials.values())
@@ -351,6 +388,7 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
             run(runs, "confirm" if round_no == 1 else f"confirm-{round_no}")
         judged += [judge(sweep, book, rec, rec.trial_id in on_front) for rec in batch]
         round_no += 1
+    _holding(judged)
     holding = sorted((c for c in judged if c.holds), key=Confirmation.rank_key)
     steps = {"search": book.steps_spent("search")}
     steps["confirmation"] = sum(r.last_step for r in book.trials.values()

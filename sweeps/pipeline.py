@@ -178,7 +178,8 @@ def _execute(sweep: Sweep, *, address: str | None, progress: bool, tracking_uri:
                 fail_interrupted(sweep)
             search = [r for r in book.trials.values() if r.role == "search"]
             front = pareto_front(book, search, sweep.objectives)
-            ordered = candidates(book, search, front, sweep.objectives)
+            ordered = candidates(book, search, front, sweep.objectives,
+                                 pruned=sweep.spec.confirm.seeds > 0)
 
             def rerun(runs: list[dict], name: str) -> None:
                 run_configs(sweep, book, runs, name, progress=progress,

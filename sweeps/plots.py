@@ -318,7 +318,7 @@ def curves_plot(curves: Sequence[Curve], title: str, path: Path,
 
 
 VERDICT_COLOURS = {"confirmed": "#2ca02c", "unconfirmed": "#8fbf8f", "fragile": "#e76f51",
-                   "incomplete": "#b0b0b0", "base config": "#1f77b4"}
+                   "poor": "#f4a261", "incomplete": "#b0b0b0", "base config": "#1f77b4"}
 
 
 @dataclass

@@ -232,7 +232,7 @@ def summary_of(res: Results) -> dict[str, Any]:
             "selection", pd.Series(dtype=str)).value_counts().items()},
         "fragile": {str(r["trial_id"]): str(r.get("selection_reason") or "")
                     for r in res.pareto.to_dict(orient="records")
-                    if r.get("selection") in ("fragile", "incomplete")},
+                    if r.get("selection") in ("fragile", "incomplete", "poor")},
         "base": _base_summary(res),
         "compile_fallbacks": compile_fallbacks(res.trials),
         "stable_yamls": res.stable,
@@ -499,7 +499,7 @@ def _header(res: Results, info: dict[str, Any]) -> str:
 
 def _fragile_html(res: Results) -> str:
     rows = [r for r in res.pareto.to_dict(orient="records")
-            if r.get("selection") in ("fragile", "incomplete")]
+            if r.get("selection") in ("fragile", "incomplete", "poor")]
     if not rows:
         return ""
     items = "".join(f"<li><b>{e(str(r['trial_id']))}</b> ({e(str(r['selection']))}): "

@@ -167,7 +167,9 @@ def _confirmation_text(sweep: Sweep, conf: Confirmation) -> str:
 
 
 def _quality_text(conf: Confirmation) -> str:
-    seeds = ", ".join(f"{s}{' (search)' if s == conf.search.seed else ''}: "
+    search = " (search)" if conf.search.status == "ok" else \
+        f" (search, {conf.search.status} at step {conf.search.stop_step or '?'}: not counted)"
+    seeds = ", ".join(f"{s}{search if s == conf.search.seed else ''}: "
                       + ("-" if v is None else f"{v:.4g}") for s, v in conf.by_seed.items())
     mean = "-" if conf.mean is None else f"{conf.mean:.4g}"
     worst = "-" if conf.worst is None else f"{conf.worst:.4g}"

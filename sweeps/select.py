@@ -12,6 +12,7 @@ the sweep file overrides these (a relative share for step_time, absolute else).
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from sweeps import objectives as objs
@@ -93,16 +94,26 @@ def pareto_front(book: TrialBook, records: list[TrialRecord],
 
 
 def candidates(book: TrialBook, records: list[TrialRecord], front: list[TrialRecord],
-               objectives: list[Objective]) -> list[TrialRecord]:
+               objectives: list[Objective], pruned: bool = False) -> list[TrialRecord]:
     """The order candidates are confirmed in: the front, then every other ``ok`` trial, each
-    by quality on its search seed."""
+    by quality on its search seed; with ``pruned``, then the trials the scheduler stopped
+    early that the rules found nothing wrong with, by their last quality.
+
+    A scheduler such as ASHA keeps what is best on the search seed, so when that is a lucky
+    seed the configs that hold everywhere may all have been pruned; confirmation runs
+    them to full length on fresh seeds (their short search run does not count)."""
     quality = objectives[0]
     sign = 1.0 if quality.mode == "min" else -1.0
     ids = {r.trial_id for r in front}
-    rest = []
+    rest, cut = [], []
     for rec in records:
         value = objs.metric_value(rec.history, quality.metric)
-        if rec.status == "ok" and rec.trial_id not in ids and value is not None:
+        if rec.trial_id in ids or value is None or not math.isfinite(value):
+            continue
+        if rec.status == "ok":
             rest.append((sign * value, rec))
+        elif pruned and rec.status == "pruned" and rec.diagnosis is None:
+            cut.append((sign * value, rec))
     rest.sort(key=lambda vr: vr[0])
-    return list(front) + [rec for _, rec in rest]
+    cut.sort(key=lambda vr: vr[0])
+    return list(front) + [rec for _, rec in rest] + [rec for _, rec in cut]

@@ -203,3 +203,51 @@ def test_with_a_step_budget_confirmation_stops_where_the_budget_ends(linreg_dir,
     assert list(pareto["selection"]) == ["fragile"]
     assert not list((out / "stable").glob("*.yaml"))
     assert "confirmation stopped after 1 candidate(s)" in capsys.readouterr().out
+
+
+def test_configs_the_scheduler_pruned_are_confirmed_when_the_survivors_are_fragile(
+        tmp_path_factory, ray_session, capsys):
+    """ASHA keeps what is best on the (lucky) search seed: here every survivor is fragile
+    and every config that holds was pruned. Confirmation goes on to the pruned ones, runs
+    them to full length on fresh seeds, and hands over one that holds."""
+    from tests.conftest import copy_sweepfiles
+
+    folder = copy_sweepfiles(tmp_path_factory.mktemp("pruned"))
+    edit_linreg(folder, name="pruned",
+                search_space={"lr": {"type": "loguniform", "low": 0.01, "high": 0.5}},
+                initial_points=[{"lr": lr} for lr in FRAGILE_LRS + ROBUST_LRS],
+                objectives=[{"metric": "val_loss", "mode": "min"}],
+                budget={"trials": 6, "max_steps": 40, "concurrent": 2, "scheduler": "asha"},
+                confirm={"seeds": 2, "lr_probe": 0, "keep": 3, "max_candidates": 6,
+                         "base": False},
+                train={"fragile_above": EDGE, "lr": 0.02})
+    assert run_cli_in(folder, "run", "linreg.yaml", "--quiet") == 0
+    out = folder / "results" / "pruned"
+    search = read_results_csv(out / "trials.csv").query("role == 'search'")
+    assert (search.query("status == 'ok'")["lr"] > EDGE).all(), "the survivors are fragile"
+    assert len(search.query("status == 'pruned'")), "ASHA cut some trials"
+    pareto = read_results_csv(out / "pareto.csv")
+    held = pareto[pareto["selection"] == "confirmed"]
+    assert len(held) and (held["lr"] < EDGE).all()
+    assert pareto[pareto["lr"] > EDGE]["yaml"].isna().all(), "no fragile-region config"
+    # a config that is bad on every fresh seed is stable but not good: never handed over
+    for _, row in pareto[pareto["selection"] == "poor"].iterrows():
+        assert "behind the best confirmed config's" in row["selection_reason"]
+        assert row["val_loss_mean"] > 10 * held["val_loss_mean"].min()
+    first = search.set_index("trial_id").loc[held.iloc[0]["trial_id"]]
+    assert first["status"] == "pruned", "the config handed over was one ASHA had cut"
+
+    capsys.readouterr()
+    assert main(["best", str(out)]) == 0
+    best = capsys.readouterr().out.strip()
+    header = "".join(line for line in open(best) if line.startswith("#"))
+    assert "(search, pruned at step" in header and "not counted" in header
+    from sweeps.trainer_loader import load_trainer
+
+    cfg = yaml.safe_load(open(best))
+    train = load_trainer("linreg_trainer:train", [str(folder)])
+    mean = float(held.iloc[0]["val_loss_mean"])
+    for seed in (4, 5):  # it holds on seeds no part of the sweep used
+        history: list[dict] = []
+        train({**cfg, "sweep": {"seed": seed, "max_steps": 40}}, history.append)
+        assert history[-1]["val_loss"] < mean * 1.5 + 0.01, f"fresh seed {seed}"
