@@ -82,7 +82,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     for note in sweep.notes:
         err_console.print(f"note: {note}")
     outcome = run_sweep(sweep, address=args.address, progress=not args.quiet,
-                        tracking_uri=args.tracking_uri, check=not args.no_preflight)
+                        tracking_uri=args.tracking_uri, check=not args.no_preflight,
+                        warm_from=Path(args.warm_start) if args.warm_start else None)
     print_outcome(outcome)
     return all_crashed(outcome.trials, sweep.output_dir)
 
@@ -360,6 +361,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "cluster, a path every node and the driver can reach")
     p.add_argument("--no-preflight", action="store_true",
                    help="skip the checks of compile modes, LR schedule and input scale")
+    p.add_argument("--warm-start", metavar="DIR", default=None,
+                   help="seed the search with the finished trials of an earlier sweep's "
+                   "results folder whose knobs fit this space (they are not run again)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("resume", help="continue a sweep whose driver died")

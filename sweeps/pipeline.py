@@ -13,7 +13,7 @@ import pandas as pd
 import yaml
 
 from sweeps import confirm as confirmation
-from sweeps import folder_lock, state_check, state_seal
+from sweeps import folder_lock, state_check, state_seal, warm_start
 from sweeps.atomic import write_text
 from sweeps.book import TrialBook, TrialRecord, close_books, open_book, run_here
 from sweeps.errors import PreflightFailed, SpecError
@@ -27,7 +27,7 @@ from sweeps.results import (
     write_histories,
 )
 from sweeps.runner import run_configs, run_search
-from sweeps.search import fail_interrupted
+from sweeps.search import STUDY_FILE, fail_interrupted, study_storage
 from sweeps.select import candidates, pareto_front
 from sweeps.spec import Sweep, load_sweep_dict, read_yaml
 from sweeps.tracking import TRACKING_NOTE, log_sweep, redact, scrub
@@ -130,9 +130,13 @@ def _require_sweep(folder: Path) -> None:
 
 
 def run_sweep(sweep: Sweep, *, address: str | None = None, progress: bool = True,
-              tracking_uri: str | None = None, check: bool = True) -> SweepOutcome:
+              tracking_uri: str | None = None, check: bool = True,
+              warm_from: Path | None = None) -> SweepOutcome:
     """Run ``sweep`` end to end and write everything under ``sweep.output_dir``, which it
-    holds from start to end (a second command on it exits 2)."""
+    holds from start to end (a second command on it exits 2). ``warm_from``: an earlier
+    sweep's results folder whose fitting trials seed the search (:mod:`sweeps.warm_start`),
+    read before anything is written."""
+    warm = warm_start.load(warm_from, sweep) if warm_from is not None else None
     with folder_lock.claim(sweep.output_dir, "run"):
         moved = archive_previous(sweep.output_dir)
         if moved is not None:
@@ -143,6 +147,9 @@ def run_sweep(sweep: Sweep, *, address: str | None = None, progress: bool = True
         sweep.output_dir.mkdir(parents=True, exist_ok=True)
         state_seal.seal(sweep.output_dir)
         save_resolved(sweep)
+        if warm is not None:
+            warm_start.seed_study(sweep, warm, study_storage(sweep))
+            _stderr(warm.line())
         return _execute(sweep, address=address, progress=progress, tracking_uri=tracking_uri,
                         resume=False)
 
@@ -199,6 +206,9 @@ def write_outputs(sweep: Sweep, book: TrialBook, front: list[TrialRecord],
     the end of the sweep: everything before it is written by then."""
     out = sweep.output_dir
     trials = trials_frame(sweep, book, chosen)
+    warm = warm_start.rows(sweep, study_storage(sweep)) if (out / STUDY_FILE).exists() else []
+    if warm:  # listed after this sweep's own trials; never candidates (role warm_start)
+        trials = pd.concat([trials, pd.DataFrame(warm)], ignore_index=True)
     write_csv(out / "trials.csv", trials)
     write_histories(out / "trials", book)
     pareto, paths = write_front(sweep, book, chosen)

@@ -21,6 +21,7 @@ META = ("trial_id", "role", "status", "reason", "stop_step", "seed", "steps", "r
 FAILED = ("unstable", "crash")
 MAX_FAILED_CURVES, MAX_TOP_CURVES = 8, 5
 _SAFE_ID = re.compile(r"[A-Za-z0-9_.-]+")
+WARM_ROLE = "warm_start"  # sweeps.warm_start.ROLE
 _PLOT_GLOBS = ("pareto.png", "seeds.png", "stability-*.png", "curves-*.png")
 
 
@@ -50,7 +51,12 @@ class Results:
 
     @property
     def reruns(self) -> pd.DataFrame:
-        return self.trials[self.trials["role"] != "search"]
+        return self.trials[~self.trials["role"].isin(["search", WARM_ROLE])]
+
+    @property
+    def warm(self) -> pd.DataFrame:
+        """Trials taken from an earlier sweep (``--warm-start``): never run here."""
+        return self.trials[self.trials["role"] == WARM_ROLE]
 
 
 def _csv(path: Path) -> pd.DataFrame:
@@ -222,6 +228,7 @@ def summary_of(res: Results) -> dict[str, Any]:
         "search_trials": int(len(res.search)),
         "counts": {k: int(v) for k, v in res.search["status"].value_counts().items()},
         "rerun_counts": {k: int(v) for k, v in res.reruns["status"].value_counts().items()},
+        "warm_start": _warm_summary(res),
         "failures": {t["reason"]: t["trials"] for t in tax
                      if t["trials"] and not t["reason"].startswith("pruned")},
         "diagnoses": {t["reason"].removeprefix("pruned · "): t["trials"] for t in tax
@@ -238,6 +245,17 @@ def summary_of(res: Results) -> dict[str, Any]:
         "stable_yamls": res.stable,
         "best_yaml": str(res.folder / res.stable[0]) if res.stable else None,
     }
+
+
+def _warm_summary(res: Results) -> dict[str, Any] | None:
+    """How many trials of which earlier sweeps seeded the search (``--warm-start``)."""
+    warm = res.warm
+    if not len(warm):
+        return None
+    source = warm["warm_start_from"] if "warm_start_from" in warm else pd.Series(dtype=str)
+    return {"trials": int(len(warm)),
+            "counts": {k: int(v) for k, v in warm["status"].value_counts().items()},
+            "from": sorted({str(v) for v in source.dropna()})}
 
 
 def _seed_values(frame: pd.DataFrame, metric: str) -> dict[int, str]:
@@ -272,7 +290,8 @@ def _history(res: Results, trial_id: str) -> pd.DataFrame | None:
 
 
 def _failed_curves(res: Results) -> list[plots.Curve]:
-    failed = res.trials[(res.trials["reason"] != "") | res.trials["status"].isin(FAILED)]
+    failed = res.trials[((res.trials["reason"] != "") | res.trials["status"].isin(FAILED))
+                        & (res.trials["role"] != WARM_ROLE)]
     failed = pd.concat([failed[failed["role"] == "search"], failed[failed["role"] != "search"]])
     queues = [list(g.itertuples()) for _, g in failed.groupby("reason", sort=False)]
     curves: list[plots.Curve] = []
@@ -487,7 +506,7 @@ def _header(res: Results, info: dict[str, Any]) -> str:
             f"<p><b>{info['search_trials']} search trials</b>: "
             f"{_badges(info['counts'], plots.STATUS_COLOURS)}</p>"
             f"<p>confirmation re-runs: {_badges(info['rerun_counts'], plots.STATUS_COLOURS)}"
-            f"</p><p>failures by reason: "
+            f"</p>{_warm_html(info)}<p>failures by reason: "
             f"{_badges(info['failures'], plots.OUTCOME_COLOURS)}</p>"
             f"<h3>Stable configs (best first)</h3>{stable_html}"
             f"{_warning_html(res)}{_compile_html(res)}"
@@ -495,6 +514,17 @@ def _header(res: Results, info: dict[str, Any]) -> str:
             "<a href='#map'>Stability map</a>"
             "<a href='#curves'>Curves</a><a href='#taxonomy'>Failure taxonomy</a>"
             "<a href='#trials'>All trials</a></nav>")
+
+
+def _warm_html(info: dict[str, Any]) -> str:
+    """The line naming the earlier sweep whose trials seeded the search, else ''."""
+    warm = info.get("warm_start")
+    if not warm:
+        return ""
+    return (f"<p>warm start: <b>{warm['trials']} trials</b> of {e(', '.join(warm['from']))} "
+            f"seeded the search ({_badges(warm['counts'], plots.STATUS_COLOURS)}); they were "
+            "not run here and are no candidates (role <code>warm_start</code> in All trials)"
+            "</p>")
 
 
 def _fragile_html(res: Results) -> str:

@@ -27,6 +27,7 @@ from sweeps.config_paths import get_path
 from sweeps.reporter import FINAL
 from sweeps.space import central_value, contains, optuna_space
 from sweeps.spec import Sweep
+from sweeps.warm_start import searched
 
 #: Optuna constraint name: 1.0 (violated) for a trial that ended unstable or crashed.
 CONSTRAINT = "stability"
@@ -87,9 +88,7 @@ class StabilityAwareSearch(OptunaSearch):
         self.book = book
         # what the sampler optimises: every objective (the Pareto front), or the quality
         # objective alone with stability as a constraint only (budget.search_on: quality)
-        searched = sweep.objectives if sweep.spec.budget.search_on == "all" else \
-            sweep.objectives[:1]
-        self.objectives = list(searched)
+        self.objectives = searched(sweep)
         metrics = [o.metric for o in self.objectives]
         modes = [o.mode for o in self.objectives]
         multi = len(metrics) > 1

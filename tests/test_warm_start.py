@@ -1,0 +1,129 @@
+"""``sweeps run FILE --warm-start DIR``: a second sweep over a narrowed space starts from the
+first sweep's trials (real Ray, real Optuna), never re-runs them, and leaves DIR untouched."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+
+import optuna
+import pytest
+
+from sweeps.report import summary
+from sweeps.search import make_sampler
+from sweeps.space import optuna_space
+from sweeps.spec import load_sweep
+from sweeps.warm_start import SOURCE_ATTR, directions
+from tests.conftest import copy_sweepfiles, edit_linreg, read_results_csv, run_cli_in
+
+pytestmark = pytest.mark.slow
+
+LOW, HIGH = 1e-3, 3.0  # the narrowed space: without the flat and the diverging ends
+OWN_TRIALS = 3
+
+
+def _journal(path):
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    return JournalStorage(JournalFileBackend(str(path)))
+
+
+def _digest(folder):
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def sweeps(tmp_path_factory, ray_session):
+    """A first sweep over lr 1e-5..30, then a second over 1e-3..3 warm-started from it."""
+    folder = copy_sweepfiles(tmp_path_factory.mktemp("warm"))
+    edit_linreg(folder, budget={"trials": 8, "concurrent": 1, "scheduler": "none"},
+                confirm={"seeds": 0, "lr_probe": 0})
+    assert run_cli_in(folder, "run", "linreg.yaml", "--quiet", "--no-preflight") == 0
+    first = folder / "results" / "linreg"
+    before = _digest(first)
+    edit_linreg(folder, name="linreg-narrow", budget={"trials": OWN_TRIALS},
+                search_space={"lr": {"type": "loguniform", "low": LOW, "high": HIGH}})
+    assert run_cli_in(folder, "run", "linreg.yaml", "--quiet", "--no-preflight",
+                      "--warm-start", "results/linreg") == 0
+    return folder, first, folder / "results" / "linreg-narrow", before
+
+
+def test_fitting_trials_listed_and_never_run_again(sweeps):
+    folder, first, second, before = sweeps
+    old = read_results_csv(first / "trials.csv")
+    old = old[old["role"] == "search"]
+    fits = old[(old["lr"] >= LOW) & (old["lr"] <= HIGH)]
+    assert 0 < len(fits) < len(old), "the narrowed space must keep some trials, not all"
+    trials = read_results_csv(second / "trials.csv")
+    warm = trials[trials["role"] == "warm_start"]
+    assert sorted(warm["trial_id"]) == sorted(fits["trial_id"])
+    assert dict(zip(warm["trial_id"], warm["lr"], strict=True)) == pytest.approx(
+        dict(zip(fits["trial_id"], fits["lr"], strict=True)))
+    assert set(warm["warm_start_from"]) == {str(first)}
+    own = trials[trials["role"] == "search"]
+    assert len(own) == OWN_TRIALS, "budget.trials counts this sweep's own trials only"
+    assert not set(own["trial_id"]) & set(warm["trial_id"])
+    ray_trials = {p.name for p in (second / "ray").iterdir() if p.is_dir()}
+    assert len(ray_trials) == OWN_TRIALS, ray_trials
+    histories = {p.stem for p in (second / "trials").glob("*.csv")}
+    assert not histories & set(warm["trial_id"]), "a warm-started trial ran again"
+    # the front and stable/ come from this sweep's own trials
+    pareto = read_results_csv(second / "pareto.csv")
+    assert set(pareto["trial_id"]) <= set(own["trial_id"])
+    assert all(p.name.split("-", 2)[-1].removesuffix(".yaml") in set(own["trial_id"])
+               for p in (second / "stable").glob("*.yaml"))
+    info = summary(second)
+    assert info["search_trials"] == OWN_TRIALS
+    assert info["warm_start"]["trials"] == len(fits)
+    assert "warm start" in (second / "report.html").read_text()
+    assert _digest(first) == before, "the earlier sweep's folder was written to"
+    assert not (first / "optuna.journal.lock").exists()
+
+
+def test_tpe_starts_from_the_warm_trials(sweeps):
+    """The second sweep's first ask is TPE's answer given the warm-started trials (an
+    in-memory study with the same sampler and trials asks the same lr), not the random
+    first ask of a cold start."""
+    folder, first, second, _ = sweeps
+    sweep = load_sweep(folder / "linreg.yaml", import_trainer=False)
+    study = optuna.load_study(study_name="linreg-narrow",
+                              storage=_journal(second / "optuna.journal"))
+    warm = [t for t in study.trials if SOURCE_ATTR in t.user_attrs]
+    own = [t for t in study.trials if SOURCE_ATTR not in t.user_attrs]
+    assert warm and len(own) == OWN_TRIALS
+    assert max(t.number for t in warm) < min(t.number for t in own)
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in warm)
+    space = optuna_space(sweep.space)
+
+    def first_ask(trials):
+        replay = optuna.create_study(directions=directions(sweep), sampler=make_sampler(sweep))
+        replay.add_trials(trials)
+        return replay.ask(space).params["lr"]
+
+    assert own[0].params["lr"] == pytest.approx(first_ask(warm), rel=1e-9)
+    assert own[0].params["lr"] != pytest.approx(first_ask([]), rel=1e-3)
+
+
+def test_bad_warm_start_folders_exit_2(sweeps, capsys):
+    folder, first, second, before = sweeps
+    bare = folder / "bare"
+    bare.mkdir(exist_ok=True)
+    no_journal = folder / "no-journal"
+    no_journal.mkdir(exist_ok=True)
+    for name in ("sweep.yaml", "sweep_state.json"):
+        shutil.copyfile(first / name, no_journal / name)
+    for target, expected in ((folder / "missing", "no folder at"),
+                             (bare, "not a sweeps results folder"),
+                             (no_journal, "no Optuna study"),
+                             (second, "this sweep's own results folder")):
+        assert run_cli_in(folder, "run", "linreg.yaml", "--warm-start", str(target)) == 2
+        err = capsys.readouterr().err
+        assert "--warm-start" in err and expected in err, err
+    assert (second / "trials.csv").exists(), "the refused run moved its own folder aside"
+    edit_linreg(folder, objectives=[{"metric": "val_loss", "mode": "min"}])
+    assert run_cli_in(folder, "run", "linreg.yaml", "--warm-start", str(first)) == 2
+    err = capsys.readouterr().err
+    assert "--warm-start" in err and "instability (min)" in err, err
+    assert _digest(first) == before
