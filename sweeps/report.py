@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -16,6 +16,7 @@ import yaml
 
 from sweeps import plots
 from sweeps.atomic import write_text
+from sweeps.importance import importance
 
 META = ("trial_id", "role", "status", "reason", "stop_step", "seed", "steps", "retries")
 FAILED = ("unstable", "crash")
@@ -40,6 +41,7 @@ class Results:
     stable: list[str]
     seed: int = 0
     baseline: float | None = None
+    space: dict[str, dict[str, Any]] = field(default_factory=dict)  # knob -> its entry
 
     @property
     def categorical(self) -> set[str]:
@@ -76,9 +78,11 @@ def _knobs(trials: pd.DataFrame, space: dict[str, Any], resolved: bool) -> list[
     return [c for c in cols if c in space or cols.index(c) < first]
 
 
-def _space_kinds(spec: dict[str, Any], folder: Path) -> tuple[dict[str, str], bool]:
-    """knob -> "log" | "linear" | "categorical" | "fixed", and whether ``extends`` and
-    search-space files could be resolved (else only what sweep.yaml itself names)."""
+def _space_kinds(spec: dict[str, Any], folder: Path
+                 ) -> tuple[dict[str, str], bool, dict[str, dict[str, Any]]]:
+    """knob -> "log" | "linear" | "categorical" | "fixed", whether ``extends`` and
+    search-space files could be resolved (else only what sweep.yaml itself names), and
+    each knob's entry (type, choices, low, high)."""
     raw, resolved = spec.get("search_space"), False
     kinds = {}
     try:  # resolves ``extends`` like the sweep did; the files may have moved since
@@ -90,12 +94,13 @@ def _space_kinds(spec: dict[str, Any], folder: Path) -> tuple[dict[str, str], bo
         raw, resolved = {k: knob.model_dump() for k, knob in space.items()}, True
     except Exception:  # fall back to what sweep.yaml itself says
         pass
-    for knob, entry in (raw if isinstance(raw, dict) else {}).items():
-        if isinstance(entry, dict) and "type" in entry:
-            kind = entry["type"]
-            kinds[knob] = ("log" if kind == "loguniform" or entry.get("log") else
-                           kind if kind in ("categorical", "fixed") else "linear")
-    return kinds, resolved
+    entries = {k: v for k, v in (raw if isinstance(raw, dict) else {}).items()
+               if isinstance(v, dict) and "type" in v}
+    for knob, entry in entries.items():
+        kind = entry["type"]
+        kinds[knob] = ("log" if kind == "loguniform" or entry.get("log") else
+                       kind if kind in ("categorical", "fixed") else "linear")
+    return kinds, resolved, entries
 
 
 def _kind(values: pd.Series, declared: str | None) -> str:
@@ -116,7 +121,7 @@ def load(folder: Path, name: str | None = None, objectives: list[str] | None = N
     except (OSError, yaml.YAMLError):
         spec = {}
     spec = spec if isinstance(spec, dict) else {}
-    declared, resolved = _space_kinds(spec, folder)
+    declared, resolved, entries = _space_kinds(spec, folder)
     objs = [o for o in spec.get("objectives") or [] if isinstance(o, dict) and "metric" in o]
     modes = {str(o["metric"]): str(o.get("mode", "min")) for o in objs}
     trials = _csv(folder / "trials.csv")
@@ -149,7 +154,8 @@ def load(folder: Path, name: str | None = None, objectives: list[str] | None = N
     return Results(folder, name or str(spec.get("name") or folder.name), trials, pareto,
                    list(objectives), modes, knobs, kinds, stable,
                    seed if isinstance(seed, int) else 0,
-                   float(baseline) if isinstance(baseline, (int, float)) else None)
+                   float(baseline) if isinstance(baseline, (int, float)) else None,
+                   {k: v for k, v in entries.items() if k in knobs})
 
 
 def _plain(v: Any) -> Any:
@@ -242,6 +248,7 @@ def summary_of(res: Results) -> dict[str, Any]:
                     if r.get("selection") in ("fragile", "incomplete", "poor")},
         "base": _base_summary(res),
         "compile_fallbacks": compile_fallbacks(res.trials),
+        "importance": importance(res.folder, res.name, res.objectives, res.search, res.space),
         "stable_yamls": res.stable,
         "best_yaml": str(res.folder / res.stable[0]) if res.stable else None,
     }
@@ -414,6 +421,8 @@ th[data-dir=desc]::after{content:" \\25BC"}
 tr.st-unstable td:first-child,tr.st-crash td:first-child{border-left:4px solid #e76f51}
 tr.st-ok td:first-child{border-left:4px solid #2ca02c}
 tr.st-pruned td:first-child{border-left:4px solid #c0c0c0}
+table.importance td{min-width:9em;text-align:left}
+.bar{display:inline-block;height:9px;background:#4c78a8;margin-right:6px;vertical-align:middle}
 """
 
 JS = """
@@ -511,7 +520,7 @@ def _header(res: Results, info: dict[str, Any]) -> str:
             f"<h3>Stable configs (best first)</h3>{stable_html}"
             f"{_warning_html(res)}{_compile_html(res)}"
             "<nav><a href='#pareto'>Pareto front</a><a href='#seeds'>Fresh seeds</a>"
-            "<a href='#map'>Stability map</a>"
+            "<a href='#map'>Stability map</a><a href='#importance'>Knob importance</a>"
             "<a href='#curves'>Curves</a><a href='#taxonomy'>Failure taxonomy</a>"
             "<a href='#trials'>All trials</a></nav>")
 
@@ -567,6 +576,52 @@ def _compile_html(res: Results) -> str:
     return (f"<p class=note><b>WARNING: {len(found)} trial(s) labelled compiled ran eagerly"
             "</b>; their step_time is not counted as the compile mode's speed (they are "
             f"left off the step-time Pareto front):</p><ul>{items}</ul>")
+
+
+def _importance_html(imp: dict[str, Any]) -> str:
+    """The knob-importance table (one column per target), notes and under-explored choices."""
+    out = [f"<p class=muted>Evaluator: {e(imp['evaluator'])}, {e(imp['why'])}. Quality: "
+           "which knobs set the best of the trials that finished ok apart from the others (the "
+           "best 5, or the best 10 % when that is more). Stability: which knobs set the stable "
+           "trials (ok or pruned) apart from the unstable ones (unstable, crashed, or pruned "
+           "with a diagnosis). Shares of 100 % per column; a knob that never varied is left "
+           "out.</p>"]
+    targets = imp["targets"]
+    if imp["note"]:
+        out.append(f"<p class=note>No importance panel: {e(imp['note'])}.</p>")
+    heads = {"quality": f"quality ({targets.get('quality', {}).get('metric', '')})",
+             "stability": "stability"}
+    ranked = {k: t["importances"] for k, t in targets.items() if t["importances"]}
+    knobs = list(dict.fromkeys(k for found in ranked.values() for k in found))
+    if knobs:
+        rows = "".join(
+            f"<tr><td class=t>{e(k)}</td>" + "".join(
+                f"<td>{_share(ranked[t].get(k))}</td>" for t in ranked) + "</tr>"
+            for k in knobs)
+        cols = "".join(f"<th>{e(heads[t])}</th>" for t in ranked)
+        out.append(f"<table class=importance><thead><tr><th>knob</th>{cols}</tr></thead>"
+                   f"<tbody>{rows}</tbody></table>")
+    lines = []
+    for key, target in targets.items():
+        counted = f"{target['trials']} trials" + (
+            f": {target['stable']} stable, {target['unstable']} unstable"
+            if key == "stability" else " finished ok")
+        note = f" — {target['note']}" if target["note"] else ""
+        lines.append(f"{e(heads[key])}: {e(counted)}{e(note)}")
+    if lines:
+        out.append(f"<p class=muted>{'<br>'.join(lines)}</p>")
+    if imp["under_explored"]:
+        items = "".join(f"<li>{e(u['text'])}</li>" for u in imp["under_explored"])
+        out.append(f"<p class=note><b>Barely explored</b>:</p><ul>{items}</ul>")
+    return "".join(out)
+
+
+def _share(value: float | None) -> str:
+    """An importance share as a percentage with a bar behind it."""
+    if value is None:
+        return ""
+    pct = 100 * value
+    return (f'<span class=bar style="width:{pct:.0f}px"></span>{pct:.0f} %')
 
 
 def _images(items: list[tuple[str, str]], empty: str) -> str:
@@ -633,6 +688,8 @@ def write_report(folder: Path, name: str, objectives: list[str],
         "<h2 id=map>Stability map</h2>",
         _images(figs["map"], "No numeric knob to map."),
         "".join(f"<p class=note>{e(n)}</p>" for n in figs["notes"]),
+        "<h2 id=importance>Knob importance</h2>",
+        _importance_html(info["importance"]),
         "<h2 id=curves>Curves</h2>",
         f"<p class=muted>Up to {MAX_FAILED_CURVES} failed trials (one per reason first) and "
         f"the top {MAX_TOP_CURVES} front configs, from trials/&lt;id&gt;.csv.</p>",
