@@ -20,7 +20,17 @@ from ray.tune import Callback, Stopper
 from sweeps import objectives, rules
 from sweeps.compile import eager_fallback
 from sweeps.journal import Journal, JournalDamaged
-from sweeps.reporter import COMPILE, EVIDENCE, FINAL, REASON, STATUS, STOP_STEP, TRACEBACK, WARNING
+from sweeps.reporter import (
+    COMPILE,
+    EVIDENCE,
+    FINAL,
+    GPU_PEAK,
+    REASON,
+    STATUS,
+    STOP_STEP,
+    TRACEBACK,
+    WARNING,
+)
 from sweeps.rules.verdict import Verdict
 from sweeps.spec import Objective, Sweep
 from sweeps.trainable import (
@@ -62,6 +72,7 @@ class TrialRecord:
     finished: bool = False
     diagnosis: dict[str, Any] | None = None
     compile: dict[str, Any] | None = None  # compile evidence (sweeps.compile.compile_evidence)
+    gpu_peak_mb: float | None = None  # peak GPU memory (MiB); None without CUDA
 
     def set_failure(self, status: str, verdict: Verdict) -> None:
         self.status, self.reason = status, verdict.reason
@@ -195,13 +206,16 @@ class TrialBook:
         self.journal.write(rec.trial_id, "outcome", {
             "status": rec.status, "reason": rec.reason, "stop_step": rec.stop_step,
             "evidence": rec.evidence, "error": rec.error, "warnings": rec.warnings,
-            "finished": rec.finished, "diagnosis": rec.diagnosis, "compile": rec.compile})
+            "finished": rec.finished, "diagnosis": rec.diagnosis, "compile": rec.compile,
+            "gpu_peak_mb": rec.gpu_peak_mb})
 
     def record(self, trial_id: str, result: Mapping[str, Any]) -> TrialRecord:
         """Take one result; judge it with the rules unless the trial already judged itself."""
         rec = self._get(trial_id, result.get("config"))
         if result.get(COMPILE) and not rec.finished:
             rec.compile = _compile_evidence(result[COMPILE])
+        if isinstance(result.get(GPU_PEAK), (int, float)) and not rec.finished:
+            rec.gpu_peak_mb = max(float(result[GPU_PEAK]), rec.gpu_peak_mb or 0.0)
         if rec.finished or rec.failed:
             return rec
         metrics = {k: v for k, v in result.items()
@@ -338,6 +352,7 @@ def _load_event(trial_id: str, rec: TrialRecord | None, kind: str,
         rec.finished = bool(payload.get("finished"))
         rec.diagnosis = payload.get("diagnosis")
         rec.compile = payload.get("compile")
+        rec.gpu_peak_mb = payload.get("gpu_peak_mb")
     return rec
 
 

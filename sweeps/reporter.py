@@ -28,6 +28,7 @@ WARNING = "sweeps/warning"
 TRACEBACK = "sweeps/traceback"
 FINAL = "sweeps/final"  # marks a summary result that repeats the last report
 COMPILE = "sweeps/compile"  # the trial's compile evidence (JSON), when it changed
+GPU_PEAK = "sweeps/gpu_peak_mb"  # peak GPU memory of the trial so far (MiB), with CUDA only
 
 
 class TrialStopped(BaseException):  # noqa: N818 - a control-flow signal, like GeneratorExit

@@ -37,6 +37,8 @@ def trial_row(sweep: Sweep, book: TrialBook, rec: TrialRecord) -> dict[str, Any]
     row["diagnosis"] = rec.diagnosis_text()
     row["evidence"] = json.dumps(rec.evidence, default=str) if rec.evidence else ""
     row.update(compile_columns(sweep, rec))
+    if any(r.gpu_peak_mb is not None for r in book.trials.values()):
+        row["gpu_peak_mb"] = rec.gpu_peak_mb  # only with CUDA: absent on a CPU-only sweep
     row["warnings"] = "; ".join(rec.warnings + ([fallback_warning(rec)]
                                                 if rec.compile_fallback else []))
     return row

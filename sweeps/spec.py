@@ -138,10 +138,21 @@ class Confirm(_Strict):
 
 
 class Resources(_Strict):
-    """Resources per trial."""
+    """Resources per trial (Ray's: a fraction of a GPU lets trials share it)."""
 
     cpu: float = Field(default=1.0, gt=0)
-    gpu: float = Field(default=0.0, ge=0)
+    gpu: float = Field(default=0.0, ge=0, description="GPUs per trial: a fraction up to 1 "
+                       "packs trials onto one GPU (0.25: four per GPU), more than 1 must be "
+                       "a whole number")
+
+    @field_validator("gpu")
+    @classmethod
+    def _ray_gpu_amount(cls, gpu: float) -> float:
+        if gpu > 1 and not float(gpu).is_integer():
+            raise ValueError(f"{gpu:g} GPUs: Ray takes a fraction of one GPU or a whole "
+                             f"number of GPUs; use {int(gpu)} or {int(gpu) + 1}, or a "
+                             "fraction up to 1")
+        return gpu
 
 
 class Preflight(_Strict):
@@ -229,7 +240,8 @@ class Sweep:
         """The config a trainer receives: base config, knob values merged, ``sweep`` key."""
         config = with_values(self.base_config, self.values_by_path(values))
         config[RESERVED_KEY] = {"trial_id": trial_id, "seed": seed,
-                                "max_steps": max_steps or self.spec.budget.max_steps}
+                                "max_steps": max_steps or self.spec.budget.max_steps,
+                                "device": "cpu", "gpu_ids": []}
         return config
 
 
@@ -369,7 +381,7 @@ def _base_config(value: str | dict[str, Any] | None, base_dir: Path) -> dict[str
                             "quote the key in the YAML")
     if RESERVED_KEY in data:
         raise SpecError(f"base_config.{RESERVED_KEY}", f"'{RESERVED_KEY}' is reserved: the "
-                        "trainer receives trial_id, seed and max_steps there",
+                        "trainer receives trial_id, seed, max_steps, device and gpu_ids there",
                         f"rename the '{RESERVED_KEY}' section of the base config")
     return dict(data)
 

@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from sweeps import gpu
 from sweeps.compile import compile_evidence, reset_compiler
 from sweeps.failures import (
     TrainerExit,
@@ -18,6 +19,7 @@ from sweeps.failures import (
 from sweeps.reporter import (
     COMPILE,
     FINAL,
+    GPU_PEAK,
     STATUS,
     TRACEBACK,
     TrialReporter,
@@ -78,7 +80,8 @@ def prepare_process(sweep: Sweep, threads: int) -> None:
 
 
 def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink,
-                checkpoint_sink=None, checkpoint_path: str | None = None) -> TrialReporter:
+                checkpoint_sink=None, checkpoint_path: str | None = None,
+                gpu_ids: list[Any] | None = None) -> TrialReporter:
     """Run the user's trainer once with a judging ``report``; never raises for trainer errors.
 
     The last result handed to ``sink`` always carries the trial's outcome
@@ -86,8 +89,14 @@ def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink,
     from a clean compiler state (a reused worker keeps nothing of earlier trials but the
     on-disk compile cache), and a result carries ``sweeps/compile`` (the compile evidence,
     JSON) whenever that evidence changed since the previous one.
+
+    ``gpu_ids`` are the GPUs Ray assigned to the trial: the trainer finds them, and the
+    device to use (``cuda:0`` or ``cpu``, see :func:`sweeps.gpu.trial_device`), in the
+    config's ``sweep`` section. With CUDA present every result carries the trial's peak GPU
+    memory (``sweeps/gpu_peak_mb``), counted from the trial's start.
     """
     reset_compiler()
+    gpu.reset_peak()
     sink, checkpoint_sink = _with_compile_evidence(sink, checkpoint_sink)
     values = trial_values(sweep, config)
     seed = int(config.get(SEED_KEY, sweep.spec.seed))
@@ -97,6 +106,9 @@ def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink,
                              checkpoint_sink=checkpoint_sink, required=required)
     trial_config = sweep.trial_config(values, trial_id=trial_id, seed=seed)
     trial_config["sweep"]["checkpoint"] = checkpoint_path
+    gpu_ids = list(gpu_ids or [])
+    trial_config["sweep"].update(gpu_ids=gpu_ids, device=gpu.trial_device(
+        gpu_ids, gpu_requested=sweep.spec.resources.gpu > 0))
     try:
         with process_exit_raises():
             trainer(trial_config, reporter)
@@ -108,8 +120,9 @@ def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink,
         return _crashed(reporter, sink, exit_verdict(exc, _last_step(reporter)))
     except Exception as exc:  # noqa: BLE001 - every trainer error becomes a trial outcome
         last = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ""
-        verdict = Verdict(classify(exc), _last_step(reporter),
-                          {"error": f"{type(exc).__name__}: {last}"})
+        reason, error = classify(exc), f"{type(exc).__name__}: {last}"
+        verdict = Verdict(reason, _last_step(reporter),
+                          {"error": gpu.with_peak(error) if reason == "oom" else error})
         return _crashed(reporter, sink, verdict, format_exception(exc))
     if not reporter.history:
         return _crashed(reporter, sink, Verdict("crash", 0, {
@@ -149,7 +162,7 @@ def _crashed(reporter: TrialReporter, sink, verdict: Verdict,
 def _with_compile_evidence(sink, checkpoint_sink):
     """``sink`` and ``checkpoint_sink`` adding the compile evidence to a result when it
     changed (compilation happens in the first steps, so a few results carry it) and always
-    to the final one."""
+    to the final one, and the peak GPU memory so far to every result when CUDA is present."""
     import json
 
     sent: list[str] = [""]
@@ -159,7 +172,8 @@ def _with_compile_evidence(sink, checkpoint_sink):
         if text != sent[0] or result.get(FINAL):
             sent[0] = text
             result = {**result, COMPILE: text}
-        return result
+        peak = gpu.peak_mb()
+        return result if peak is None else {**result, GPU_PEAK: peak}
 
     def with_evidence(result: dict[str, Any]) -> None:
         sink(add(result))
@@ -185,7 +199,8 @@ def ray_trainable(config: dict[str, Any], sweep: Sweep) -> None:
         restored.to_directory(str(local))
         path = str(local / CHECKPOINT_FILE)
     run_trainer(sweep, config, tune.get_context().get_trial_id(), tune.report,
-                checkpoint_sink=_ray_checkpoint, checkpoint_path=path)
+                checkpoint_sink=_ray_checkpoint, checkpoint_path=path,
+                gpu_ids=gpu.assigned_gpu_ids())
 
 
 def scratch_dir() -> str:

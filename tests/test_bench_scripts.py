@@ -76,3 +76,13 @@ def test_compile_bench_measures_cold_and_warm_trials(tmp_path):
         assert warm["graphs"] == 1 and warm["cache_hits"] > 0 and warm["cache_misses"] == 0
     assert raw["other dropout, same worker"][0]["evidence"]["cache_misses"] > 0
     assert "default, warm, same worker: warm = " in stdout
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the machine without CUDA")
+def test_gpu_bench_says_it_skips_without_cuda(tmp_path):
+    proc = subprocess.run([sys.executable, str(BENCH / "gpu.py"), "--out", "gpu-none"],
+                          cwd=tmp_path, env={**os.environ, "BENCH_RESULTS": str(tmp_path)},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("skipped: no CUDA")
+    assert not (tmp_path / "gpu-none.json").exists(), "no figures without a GPU"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 import yaml
 
 from sweeps.cli import main
@@ -111,3 +112,22 @@ def test_preflight_says_which_schedule_checks_ran(linreg_dir, monkeypatch):
     ran = [f for f in findings if f.check == "schedule" and f.level == "info"]
     assert len(ran) == 1 and "6 knob settings" in ran[0].message
     assert "lr=0.001, warmup=0" in ran[0].message and "lr=0.1, warmup=10" in ran[0].message
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the machine without CUDA")
+def test_reduce_overhead_asked_for_gpus_without_cuda_is_dropped_saying_so():
+    usable, findings = check_modes(["none", "reduce-overhead"], gpu_requested=True)
+    assert usable == ["none"]
+    assert "no CUDA to probe it on" in findings[0].message
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_modes_are_probed_on_the_gpu():
+    """reduce-overhead must capture its CUDA graphs and max-autotune compile with Triton on
+    the GPU; a mode that cannot is dropped with torch's reason."""
+    usable, findings = check_modes(["none", "reduce-overhead", "max-autotune"],
+                                   gpu_requested=True)
+    dropped = {f.evidence["mode"]: f for f in findings}
+    assert set(usable) | set(dropped) == {"none", "reduce-overhead", "max-autotune"}
+    for finding in dropped.values():
+        assert finding.evidence["device"] == "cuda" and finding.evidence["error"]

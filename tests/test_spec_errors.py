@@ -27,6 +27,8 @@ def _run_cli(folder: Path, path: Path, capsys, monkeypatch) -> tuple[int, str]:
 
 
 CASES = {
+    "gpu count neither a fraction nor whole": (lambda d: d.update(
+        resources={"cpu": 1, "gpu": 1.5}), "resources.gpu", "use 1 or 2, or a fraction"),
     "unknown top-level key": (lambda d: d.update(budgett={"trials": 2}), "budgett",
                               "budget"),
     "write_back typo": (lambda d: d["write_back"].update(learning_rat="train.lr"),

@@ -163,6 +163,12 @@ def _make_events(n, g, min_pulses, max_pulses, noise_fraction):
     return features.float(), mask, sensor, direction.float()
 
 
+def on_device(events: Events, device: torch.device) -> Events:
+    """``events`` with every tensor on ``device`` (a trial keeps its data on its GPU)."""
+    return Events(*(t.to(device) for t in (events.features, events.mask, events.sensor,
+                                           events.target)))
+
+
 def _transform(features: torch.Tensor) -> torch.Tensor:
     """Charge is heavy-tailed (0.02 to 3e3), so it is standardised on a log scale."""
     out = features.clone()
@@ -487,8 +493,8 @@ def train(config: dict[str, Any], report: Callable[[dict], None]) -> None:
     """Train the direction model, calling ``report(metrics)`` every step.
 
     ``config`` has the layout of ``examples/configs/direction.yaml`` plus,
-    under sweeps, ``sweep: {trial_id, seed, max_steps}`` (seed 0 and
-    ``training.max_steps`` without it). Exceptions raised by ``report``
+    under sweeps, ``sweep: {trial_id, seed, max_steps, device, gpu_ids}`` (seed 0,
+    ``training.max_steps`` and the CPU without it). Exceptions raised by ``report``
     propagate: that is how the runner stops an unstable trial.
     """
     data, net_cfg, opt = config.get("data", {}), config.get("model", {}), config["training"]
@@ -500,6 +506,7 @@ def train(config: dict[str, Any], report: Callable[[dict], None]) -> None:
     report_every = int(opt.get("report_every", 1))
     grad_clip = float(opt["grad_clip"]) if opt.get("grad_clip") else None
     mode = compile_mode(opt.get("compile"), key="training.compile")  # null / false: eager
+    device = torch.device(sweep.get("device") or "cpu")  # the trial's GPU, as sweeps hands it
     torch.manual_seed(seed)  # initial weights and dropout
 
     # Data: generated once, as padded tensors; a step only indexes into them.
@@ -509,9 +516,10 @@ def train(config: dict[str, Any], report: Callable[[dict], None]) -> None:
     if data.get("normalize_inputs", True):
         stats = feature_stats(train_set)
         train_set, val_set = normalized(train_set, stats), normalized(val_set, stats)
+    train_set, val_set = on_device(train_set, device), on_device(val_set, device)
     batches = shuffled_batches(len(train_set), batch_size, torch.Generator().manual_seed(seed))
 
-    net = build_model(net_cfg, max_pulses=train_set.features.shape[1])
+    net = build_model(net_cfg, max_pulses=train_set.features.shape[1]).to(device)
     model = compile_model(net, mode)  # evaluation uses the eager `net`
     optimizer = make_optimizer(
         net.parameters(),
@@ -531,7 +539,7 @@ def train(config: dict[str, Any], report: Callable[[dict], None]) -> None:
 
     once: dict[str, float] = {}  # metrics for the next report only
     for step in range(1, max_steps + 1):
-        features, mask, sensor, target = train_set.batch(next(batches))
+        features, mask, sensor, target = train_set.batch(next(batches).to(device))
         start = time.perf_counter()
         pred = model(features, mask, sensor)
         loss = loss_fn(pred, target).mean()
@@ -542,6 +550,8 @@ def train(config: dict[str, Any], report: Callable[[dict], None]) -> None:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         scheduler.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # the GPU's work, not only its launch
         step_time = time.perf_counter() - start  # forward, backward, monitor, clip, step
         if step == 1 and mode != "none":
             once["compile_s"] = step_time  # the first step includes compilation

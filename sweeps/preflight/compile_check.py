@@ -1,4 +1,10 @@
-"""Which ``torch.compile`` modes work on this machine, tried on a tiny module."""
+"""Which ``torch.compile`` modes work on this machine, tried on a tiny module.
+
+On CPU each compiled mode is probed on the CPU and ``reduce-overhead`` (CUDA graphs) is
+dropped. When the sweep asks for GPUs and CUDA is present, every compiled mode is probed
+on the GPU: ``max-autotune`` needs Triton, and ``reduce-overhead`` must capture its CUDA
+graphs (a skipped capture is an error in the probe, with torch's reason).
+"""
 
 from __future__ import annotations
 
@@ -12,12 +18,17 @@ from sweeps.preflight.findings import Finding
 _PROBE = """
 import sys, torch
 from sweeps.compile import compile_model
-mode = sys.argv[1]
-model = compile_model(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(),
-                                          torch.nn.Linear(16, 1)), mode)
-x = torch.randn(4, 8)
-for _ in range(2):
+mode, device = sys.argv[1], sys.argv[2]
+if device == "cuda":
+    import torch._inductor.config
+    torch._inductor.config.triton.cudagraph_or_error = True  # a skipped CUDA graph raises
+net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 1))
+model = compile_model(net.to(device), mode)
+x = torch.randn(4, 8, device=device)
+for _ in range(3):  # CUDA graph trees: warm-up, record, replay
     model(x).sum().backward()
+if device == "cuda":
+    torch.cuda.synchronize()
 print("ok")
 """
 
@@ -28,11 +39,12 @@ def has_gpu() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def probe_mode(mode: str, timeout: float = 300.0) -> str | None:
-    """None if ``mode`` compiles and runs a step here, else the reason it does not."""
+def probe_mode(mode: str, timeout: float = 300.0, device: str = "cpu") -> str | None:
+    """None if ``mode`` compiles and runs a step on ``device`` (``cpu`` or ``cuda``) here,
+    else the reason it does not."""
     try:
-        proc = subprocess.run([sys.executable, "-c", _PROBE, mode], capture_output=True,
-                              text=True, timeout=timeout)
+        proc = subprocess.run([sys.executable, "-c", _PROBE, mode, device],
+                              capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return f"compiling a tiny module took over {timeout:.0f} s"
     if proc.returncode == 0 and proc.stdout.strip().endswith("ok"):
@@ -62,19 +74,24 @@ def check_modes(modes: list[str], *, gpu_requested: bool,
             usable.append(mode)
             continue
         if mode == "reduce-overhead" and not gpu:
+            why = ("resources.gpu asks for GPUs but this machine, where preflight runs, has "
+                   "no CUDA to probe it on") if gpu_requested else \
+                "there is no GPU for the trials here, so it would only add compile time"
             findings.append(Finding(
-                "compile", "warning", "dropped 'reduce-overhead': it captures CUDA graphs and "
-                "there is no GPU for the trials here, so it would only add compile time",
-                "search it on a GPU machine (resources.gpu > 0)", {"mode": mode}))
+                "compile", "warning", f"dropped 'reduce-overhead': it captures CUDA graphs "
+                f"and {why}", "search it on a GPU machine (resources.gpu > 0; start the "
+                "sweep where CUDA is present)", {"mode": mode}))
             continue
-        reason = probe_mode(mode, timeout)
+        reason = probe_mode(mode, timeout, "cuda" if gpu else "cpu")
         if reason is None:
             usable.append(mode)
         else:
+            where = "on this machine's GPU" if gpu else "on this machine"
             findings.append(Finding(
-                "compile", "warning", f"dropped '{mode}': it does not work on this machine "
+                "compile", "warning", f"dropped '{mode}': it does not work {where} "
                 f"({reason})", "install a working compiler toolchain (and Triton on GPU), or "
-                "leave this mode out of the search space", {"mode": mode, "error": reason}))
+                "leave this mode out of the search space",
+                {"mode": mode, "error": reason, "device": "cuda" if gpu else "cpu"}))
     return usable, findings
 
 
