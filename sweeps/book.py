@@ -41,6 +41,7 @@ from sweeps.trainable import (
     trial_settings,
     trial_values,
 )
+from sweeps.worker_logs import worker_log_path
 
 #: Keys Ray Tune adds to results; they are not the trainer's metrics.
 _TUNE_KEYS = frozenset({
@@ -251,6 +252,9 @@ class TrialBook:
         """What Ray said when the trial's worker failed; a trial already closed with the
         bare fact gets these details (Ray tells the searcher before the callbacks)."""
         detail = worker_failure(error, log)
+        output = worker_log_path(self.sweep.output_dir / self.folder, trial_id)
+        if output.is_file():  # kept by WorkerLogs, which Ray Tune calls first
+            detail["output"] = str(output)
         self._worker_errors[trial_id] = detail
         rec = self.trials.get(trial_id)
         if rec is not None and rec.finished and rec.evidence.get("error") == WORKER_FAILED:

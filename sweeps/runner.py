@@ -13,6 +13,7 @@ from sweeps.progress import ProgressLines
 from sweeps.search import StabilityAwareSearch, study_storage
 from sweeps.spec import Sweep
 from sweeps.trainable import ray_trainable
+from sweeps.worker_logs import WorkerLogs
 
 
 def make_scheduler(sweep: Sweep, book: TrialBook) -> TrialScheduler:
@@ -41,7 +42,8 @@ def _trainable(sweep: Sweep) -> Any:
 
 def _run_config(sweep: Sweep, name: str, book: TrialBook, total: int | None,
                 progress: bool) -> tune.RunConfig:
-    callbacks = [TrialEvents(book)] + ([ProgressLines(book, total)] if progress else [])
+    callbacks = [WorkerLogs(book), TrialEvents(book)]  # the log is kept before it is named
+    callbacks += [ProgressLines(book, total)] if progress else []
     return tune.RunConfig(
         name=name, storage_path=str(sweep.output_dir), stop=RuleStopper(book),
         callbacks=callbacks, verbose=0,

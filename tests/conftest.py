@@ -72,9 +72,9 @@ def write_sweep(folder: Path, data: dict, name: str = "sweep.yaml") -> Path:
 
 @pytest.fixture(scope="module")
 def ray_session():
-    """One Ray instance for a whole test module (2 CPUs), shut down cleanly after it."""
-    import ray
+    """One embedded Ray for a whole test module (2 CPUs), started as ``sweeps run`` starts
+    it (a private folder, loopback, its own token), shut down and removed after it."""
+    from sweeps.ray_session import ray_running
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+    with ray_running(num_cpus=2) as session:
+        yield session

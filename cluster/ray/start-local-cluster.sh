@@ -5,14 +5,17 @@
 #
 # Safe by default: the dashboard / Jobs API binds to 127.0.0.1 only, and token
 # authentication is on (RAY_AUTH_MODE=token; the token is ~/.ray/auth_token, created
-# if missing). Idempotent: a running cluster recorded in $SWEEPS_RAY_DIR is left as is.
+# if missing, readable by you alone). Idempotent: a running cluster recorded in
+# $SWEEPS_RAY_DIR is left as is. The state folder is private: created with mode 700, and
+# refused (nothing in it read) if it is not a folder of yours that only you can open.
 # Each node runs in its own session (setsid); cluster.env records the session ids,
 # which stop-local-cluster.sh stops, and nothing else (`ray stop` would stop every
 # Ray on the machine, other users' included).
 #
 # Settings (environment variables):
-#   SWEEPS_RAY_DIR             state and Ray temp dirs   (/tmp/sweeps-ray-$UID; keep it short:
-#                                                          Ray's socket paths must fit 107 bytes)
+#   SWEEPS_RAY_DIR             state and Ray temp dirs, private (mode 700)
+#                              ($XDG_RUNTIME_DIR/sweeps-ray, else ~/.cache/sweeps/ray; keep it
+#                              short: Ray's socket paths must fit 107 bytes)
 #   SWEEPS_RAY_PORT            head GCS port              (6379)
 #   SWEEPS_RAY_DASHBOARD_HOST  dashboard / Jobs API host  (127.0.0.1)
 #   SWEEPS_RAY_DASHBOARD_PORT  dashboard / Jobs API port  (8265)
@@ -27,7 +30,9 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-dir="${SWEEPS_RAY_DIR:-/tmp/sweeps-ray-$(id -u)}"
+# shellcheck source=sessions.sh
+source "$here/sessions.sh"  # default_state_dir, make_private, check_record, session_pids, ours
+dir="${SWEEPS_RAY_DIR:-$(default_state_dir)}"
 port="${SWEEPS_RAY_PORT:-6379}"
 dash_host="${SWEEPS_RAY_DASHBOARD_HOST:-127.0.0.1}"
 dash_port="${SWEEPS_RAY_DASHBOARD_PORT:-8265}"
@@ -50,10 +55,15 @@ record="$dir/cluster.env"
 
 die() { echo "start-local-cluster: $*" >&2; exit 1; }
 
-# shellcheck source=sessions.sh
-source "$here/sessions.sh"  # session_pids, ours
+make_private "$dir"
+# the longest socket path Ray will make under $dir (a 7-digit pid in the session name)
+longest="$dir/worker$workers/session_2026-01-01_00-00-00_000000_4194304/sockets/plasma_store"
+(( $(printf %s "$longest" | wc -c) <= 107 )) || die "the state folder $dir is too long: \
+Ray's socket paths under it would pass 107 bytes. Set SWEEPS_RAY_DIR to a shorter folder of \
+yours, e.g. SWEEPS_RAY_DIR=\$(mktemp -d /tmp/swr-XXXXXXXX)"
 
-if [[ -f "$record" ]]; then
+if [[ -e "$record" || -L "$record" ]]; then
+  check_record "$record"
   # shellcheck disable=SC1090
   source "$record"
   if ours "$SWEEPS_RAY_HEAD_SID"; then
@@ -73,11 +83,11 @@ fi
 
 if [[ "${RAY_AUTH_MODE,,}" == token && -z "${RAY_AUTH_TOKEN:-}" && -z "${RAY_AUTH_TOKEN_PATH:-}" \
       && ! -s "$HOME/.ray/auth_token" ]]; then
-  "${ray_cli[@]}" get-auth-token --generate >/dev/null
-  echo "created a Ray auth token in ~/.ray/auth_token"
+  # Ray writes it with the umask (0644 in a 0755 ~/.ray); whoever reads it can run code here
+  (umask 077 && "${ray_cli[@]}" get-auth-token --generate >/dev/null)
+  echo "created a Ray auth token in ~/.ray/auth_token (readable by you alone)"
 fi
 
-mkdir -p "$dir"
 started=()
 cleanup_failed() {
   echo "start-local-cluster: $1; logs in $dir/*.log" >&2

@@ -3,22 +3,24 @@
 # of the node sessions recorded in $SWEEPS_RAY_DIR/cluster.env (SIGTERM, then SIGKILL
 # after SWEEPS_RAY_STOP_GRACE seconds, 10 by default). Jobs still running end with
 # their supervisor. Logs stay in $SWEEPS_RAY_DIR unless SWEEPS_RAY_CLEAN=1.
-# (`ray stop` is not used: it stops every Ray process on the machine.)
+# (`ray stop` is not used: it stops every Ray process on the machine.) cluster.env is
+# read only from a folder of yours that only you can open (see sessions.sh).
 set -euo pipefail
 
-dir="${SWEEPS_RAY_DIR:-/tmp/sweeps-ray-$(id -u)}"
+# shellcheck source=sessions.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/sessions.sh"
+dir="${SWEEPS_RAY_DIR:-$(default_state_dir)}"
 grace="${SWEEPS_RAY_STOP_GRACE:-10}"
 record="$dir/cluster.env"
 
-if [[ ! -f "$record" ]]; then
+if [[ ! -e "$record" && ! -L "$record" ]]; then
   echo "no local Ray cluster recorded in $dir; nothing to stop"
   exit 0
 fi
+check_private "$dir"
+check_record "$record"
 # shellcheck disable=SC1090
 source "$record"
-
-# shellcheck source=sessions.sh
-source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/sessions.sh"  # session_pids, ours
 
 sessions=()
 # shellcheck disable=SC2086

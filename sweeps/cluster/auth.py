@@ -12,13 +12,22 @@ Ray's own clients send the token only when *their* process runs with ``RAY_AUTH_
 ``JobSubmissionClient`` or ``ray.init(address=...)`` gets 401 / "InvalidAuthToken". Here the
 token is looked up where Ray looks (``RAY_AUTH_TOKEN``, the file ``RAY_AUTH_TOKEN_PATH``,
 ``~/.ray/auth_token``): ``sweeps.cluster.jobs`` sends it only when the cluster asks for it,
-and :func:`enable_for_driver` lets a driver's ``ray.init(address=...)`` send it.
+and only over https or to this machine (:func:`token_may_go_to`) unless the user passes
+``--allow-insecure-token``; :func:`enable_for_driver` lets a driver's
+``ray.init(address=...)`` send it.
+
+Whoever holds the token can run any code on the cluster as the user who started it: it
+must not cross a network in clear text.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 MODE_VAR = "RAY_AUTH_MODE"
 TOKEN_VAR = "RAY_AUTH_TOKEN"
@@ -54,10 +63,56 @@ def enable_for_driver(address: str | None) -> bool:
     if not address or "://" in address or os.environ.get(MODE_VAR) or find_token() is None:
         return False
     os.environ[MODE_VAR] = "token"
+    _reload_config()
+    return True
+
+
+def token_may_go_to(url: str) -> bool:
+    """Whether the token may be sent to ``url`` unasked: over https, or over http to a
+    loopback address of this machine (127.0.0.0/8, ::1, ``localhost``: an SSH tunnel's
+    end). Anything else is plain text on a network.
+
+    Example:
+        >>> token_may_go_to("http://127.0.0.1:8265"), token_may_go_to("https://head:8265")
+        (True, True)
+        >>> token_may_go_to("http://head:8265"), token_may_go_to("http://10.0.0.5:8265")
+        (False, False)
+    """
+    parts = urlsplit(url)
+    if parts.scheme == "https":
+        return True
+    host = (parts.hostname or "").rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_loopback or bool(mapped and mapped.is_loopback)
+
+
+@contextmanager
+def ray_token_off() -> Iterator[None]:
+    """Ray's own clients add the token to every request when ``RAY_AUTH_MODE=token`` is
+    set; within this block they do not (for a client to a URL the token must not go to)."""
+    before = os.environ.get(MODE_VAR)
+    if not before or before.lower() != "token":
+        yield
+        return
+    os.environ[MODE_VAR] = "disabled"
+    _reload_config()
+    try:
+        yield
+    finally:
+        os.environ[MODE_VAR] = before
+        _reload_config()
+
+
+def _reload_config() -> None:
     try:  # Ray caches its config at import; re-read it as Ray itself does on this switch
         from ray._raylet import Config
 
         Config.initialize("")
     except ImportError:
         pass
-    return True

@@ -68,13 +68,26 @@ def _probe(url: str, headers: dict[str, str]) -> int:
                         _NO_CLUSTER_FIX) from None
 
 
-def connect(address: str | None) -> JobSubmissionClient:
-    """A Jobs API client; sends the Ray auth token only if the cluster asks for it."""
+#: The fix for a token that must not go over plain http.
+INSECURE_FIX = ("reach the head through an SSH tunnel (ssh -N -L 8265:127.0.0.1:8265 HEAD, then "
+                "--address http://127.0.0.1:8265), or serve its dashboard over https "
+                "(--address https://...), or pass --allow-insecure-token to send it anyway "
+                "(on a network you trust)")
+
+
+def connect(address: str | None, allow_insecure_token: bool = False) -> JobSubmissionClient:
+    """A Jobs API client; sends the Ray auth token only if the cluster asks for it, and only
+    over https or to this machine (a tunnel), unless ``allow_insecure_token`` (then warns).
+
+    Plain http to another host exits 2 (:class:`SpecError`) when the cluster asks for the
+    token: nothing carrying it is sent. Ray's own client, which adds the token to every
+    request when ``RAY_AUTH_MODE=token`` is set, is kept from doing so there too."""
     from ray.job_submission import JobSubmissionClient
 
     for name, level in _CHATTY.items():
         logging.getLogger(name).setLevel(level)
     url = jobs_address(address)
+    secure = auth.token_may_go_to(url)
     headers: dict[str, str] = {}
     status = _probe(url, headers)
     if status == 401:
@@ -84,6 +97,16 @@ def connect(address: str | None) -> JobSubmissionClient:
                             "on and no token was found here", "copy the head node's token "
                             "(`ray get-auth-token` there) to ~/.ray/auth_token, or set "
                             "RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH")
+        if not secure and not allow_insecure_token:
+            raise SpecError("--address", f"the cluster at {url} asks for the Ray auth token, "
+                            "and that URL is plain http to another machine: the token (which "
+                            "lets its holder run any code on the cluster) would cross the "
+                            "network readable by anyone on the way, so it was not sent",
+                            INSECURE_FIX)
+        if not secure:
+            err_console.print(f"warning: sending the Ray auth token over plain http to {url} "
+                              "(--allow-insecure-token): anyone on the network path can read "
+                              "it and run code on the cluster", markup=False)
         headers = {"Authorization": f"Bearer {found[0]}"}
         status = _probe(url, headers)
         if status in (401, 403):
@@ -94,7 +117,10 @@ def connect(address: str | None) -> JobSubmissionClient:
     if status == 404:
         raise SpecError("--address", f"{url} answers but has no Ray Jobs API",
                         "point --address at the Ray dashboard port of the head (default 8265)")
-    return JobSubmissionClient(url, headers=headers)
+    if headers or secure or allow_insecure_token:
+        return JobSubmissionClient(url, headers=headers)
+    with auth.ray_token_off():
+        return JobSubmissionClient(url, headers=headers)
 
 
 def _unknown_job(job_id: str, url: str, exc: Exception) -> None:
@@ -165,7 +191,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     sub = build(args.file, project_dir=args.project_dir, storage=args.storage,
                 preflight=not args.no_preflight, pip=args.pip or [], env_pairs=args.env or [])
-    client = connect(args.address)
+    if args.dry_run:
+        return print_dry_run(sub)
+    client = connect(args.address, args.allow_insecure_token)
     try:
         job_id = submit_when_ready(client, sub.kwargs())
     except ValueError as exc:
@@ -193,6 +221,42 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if status == "FAILED":
         _explain_failure(client, job_id)
     return 0 if status == "SUCCEEDED" else 1
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return ""
+
+
+def print_dry_run(sub: Any) -> int:
+    """``submit --dry-run``: the files the upload would hold (stdout, one path a line, as
+    Ray would pack them), and what else would be sent (stderr). Contacts nothing."""
+    from sweeps.cluster.package import left_out_secrets, shipped_files
+
+    project = sub.project_dir
+    files = shipped_files(project, sub.runtime_env["excludes"])
+    total = sum((project / f).stat().st_size for f in files)
+    for f in files:
+        print(f.as_posix())
+    renv = sub.runtime_env
+    lines = [f"dry run: sweep '{sub.sweep_name}' ({sub.sweep_path}) not submitted; the job "
+             f"would ship {len(files)} file(s), {_size(total)}, from {project} (listed above: "
+             "after sweeps' excludes and the project's .gitignore / .rayignore, as Ray packs "
+             "them)", f"  command: {sub.entrypoint}"]
+    if renv.get("env_vars"):
+        lines.append(f"  environment: {', '.join(sorted(renv['env_vars']))}")
+    if renv.get("pip"):
+        lines.append(f"  pip: {' '.join(renv['pip'])}")
+    secrets = left_out_secrets(project, files)
+    if secrets:
+        shown = ", ".join(p.as_posix() for p in secrets[:8]) + (
+            ", ..." if len(secrets) > 8 else "")
+        lines.append(f"  never shipped (secrets): {shown}")
+    err_console.print("\n".join(lines), markup=False)
+    return 0
 
 
 #: How long ``sweeps submit`` waits for a head's job agent to come up (seconds).
@@ -241,7 +305,7 @@ def _explain_failure(client: Any, job_id: str) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    client = connect(args.address)
+    client = connect(args.address, args.allow_insecure_token)
     try:
         info = client.get_job_info(args.job)
     except RuntimeError as exc:
@@ -266,7 +330,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    client = connect(args.address)
+    client = connect(args.address, args.allow_insecure_token)
     status_of(client, args.job)  # a clear error for an unknown job
     if args.follow:
         status = follow(client, args.job)
@@ -277,7 +341,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    client = connect(args.address)
+    client = connect(args.address, args.allow_insecure_token)
     before = status_of(client, args.job)
     if before in TERMINAL:
         console.print(f"{args.job} is not running ({before})")
@@ -289,7 +353,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    client = connect(args.address)
+    client = connect(args.address, args.allow_insecure_token)
     jobs = sorted((j for j in client.list_jobs() if j.submission_id),
                   key=lambda j: j.start_time or 0)
     table = Table(title=f"Jobs submitted to {client.get_address()}", box=box.SIMPLE,
@@ -309,6 +373,10 @@ def _address_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", default=None,
                    help="the head's Jobs API (dashboard) URL; default: $RAY_ADDRESS if it is "
                         f"an http(s) URL, else {DEFAULT_ADDRESS}")
+    p.add_argument("--allow-insecure-token", action="store_true",
+                   help="send the Ray auth token even over plain http to another machine "
+                        "(by default it goes only over https or to 127.0.0.1, e.g. an SSH "
+                        "tunnel's end)")
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -329,6 +397,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="extra pip packages the job's runtime env installs")
     p.add_argument("--env", action="append", metavar="K=V",
                    help="environment variable for the job and its workers; repeatable")
+    p.add_argument("--dry-run", action="store_true",
+                   help="list the files the job would ship (and its command); contact "
+                        "nothing, submit nothing")
     p.set_defaults(func=cmd_submit)
 
     p = sub.add_parser("jobs", help="status, logs, stop or list of submitted sweeps")

@@ -6,6 +6,7 @@ before anything reaches the cluster.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import secrets
@@ -19,9 +20,17 @@ from typing import Any
 
 from sweeps.errors import SpecError
 
-#: Never shipped: results, environments, VCS and caches (gitwildmatch, relative to the
-#: project folder). Ray also skips what the project's .gitignore / .rayignore list.
-EXCLUDES = [
+#: Never shipped as a secret: environment files, private keys, credentials (gitwildmatch, at
+#: any depth). SSH keys by their names (``id_rsa*`` ...): a plain ``id_*`` would also drop
+#: a module such as ``id_utils.py``.
+SECRETS = [
+    ".env", ".env.*", ".envrc", "*.pem", "*.key", "*.p12", "*.pfx",
+    "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*",
+    ".netrc", ".pypirc", ".git-credentials", ".ssh/", ".aws/", ".docker/",
+]
+#: Never shipped: secrets, results, environments, VCS and caches (gitwildmatch, relative to
+#: the project folder). Ray also skips what the project's .gitignore / .rayignore list.
+EXCLUDES = SECRETS + [
     ".git/", ".venv/", "venv/", ".tox/", ".nox/", "__pycache__/", "*.pyc",
     ".pytest_cache/", ".ruff_cache/", ".mypy_cache/", ".hypothesis/", "*.egg-info/",
     "node_modules/", "mlruns/", "/results/",
@@ -130,6 +139,45 @@ def runtime_env(project: Path, sweep_path: PurePosixPath, *, output: str,
     if env:
         renv["env_vars"] = env
     return renv
+
+
+def shipped_files(project: Path, excludes: Sequence[str]) -> list[Path]:
+    """The files Ray will pack as the job's working dir, relative to ``project``: what
+    remains after ``excludes`` and the project's ``.gitignore`` / ``.rayignore`` files (at
+    every level; ``.gitignore`` not when ``RAY_RUNTIME_ENV_IGNORE_GITIGNORE=1``).
+
+    This walks the folder with the very functions Ray packs it with (gitwildmatch
+    patterns through ``pathspec``), so the list is what the upload holds."""
+    from ray._private.runtime_env.packaging import _dir_travel, _get_excludes
+
+    root = project.absolute()
+    found: list[Path] = []
+
+    def take(path: Path) -> None:
+        if path.is_file():
+            found.append(path.relative_to(root))
+
+    gitignore = os.environ.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1"
+    _dir_travel(root, [_get_excludes(root, list(excludes))], take, include_gitignore=gitignore,
+                logger=logging.getLogger(__name__))  # not Ray's, which says "Ignoring ..."
+    return sorted(found)
+
+
+def left_out_secrets(project: Path, shipped: Sequence[Path]) -> list[Path]:
+    """Files in ``project`` that :data:`SECRETS` keeps from the upload (for the dry run)."""
+    from ray._private.runtime_env.packaging import _get_excludes
+
+    root = project.absolute()
+    is_secret = _get_excludes(root, SECRETS)
+    kept = set(shipped)
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in (".git", ".venv", "node_modules")]
+        for name in filenames:
+            path = Path(dirpath) / name
+            if is_secret(path) and path.relative_to(root) not in kept:
+                out.append(path.relative_to(root))
+    return sorted(out)
 
 
 def submission_id(sweep_name: str) -> str:
