@@ -195,7 +195,7 @@ def ray_trainable(config: dict[str, Any], sweep: Sweep) -> None:
     restored = tune.get_checkpoint()
     path = None
     if restored is not None:  # a retried trial: its trainer state, in the trial's folder
-        local = Path(scratch_dir()) / "restored"
+        local = Path(tempfile.mkdtemp(prefix="sweeps-restored-", dir=scratch_dir()))
         restored.to_directory(str(local))
         path = str(local / CHECKPOINT_FILE)
     run_trainer(sweep, config, tune.get_context().get_trial_id(), tune.report,
@@ -206,10 +206,12 @@ def ray_trainable(config: dict[str, Any], sweep: Sweep) -> None:
 def scratch_dir() -> str:
     """The trial's own folder in Ray's session (removed with it), for checkpoint files on
     their way to Ray: a trial Ray stops inside ``report`` never leaves a ``with`` block, so
-    a folder of the system temp dir would be left behind."""
+    a folder of the system temp dir would be left behind. On a node other than the
+    driver's, that folder is not there: the system temp dir, then."""
     from ray import tune
 
-    return tune.get_context().get_trial_dir()
+    folder = tune.get_context().get_trial_dir()
+    return folder if folder and os.path.isdir(folder) else tempfile.gettempdir()
 
 
 #: File name of a trainer's state inside a Ray Tune checkpoint.

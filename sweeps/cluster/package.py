@@ -35,7 +35,7 @@ EXCLUDES = SECRETS + [
     ".pytest_cache/", ".ruff_cache/", ".mypy_cache/", ".hypothesis/", "*.egg-info/",
     "node_modules/", "mlruns/", "/results/",
 ]
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass
@@ -94,7 +94,7 @@ def parse_env(pairs: Sequence[str]) -> dict[str, str]:
     env: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not _ENV_NAME.match(key):
+        if not sep or not _ENV_NAME.fullmatch(key):
             raise SpecError(f"--env {pair}", "not of the form NAME=value",
                             "write e.g. --env OMP_NUM_THREADS=1")
         env[key] = value
