@@ -178,3 +178,25 @@ def test_partition_time_and_cpus_can_be_left_to_the_site(linreg_dir, monkeypatch
     assert "--time not given" in err and "--partition not given" in err
     assert "--cpus-per-node not given: 1" in err
     assert subprocess.run(["bash", "-n"], input=out, text=True).returncode == 0
+
+
+@pytest.mark.parametrize("planted", [None, "open", "symlink"])
+def test_each_node_keeps_ray_in_a_folder_of_the_users_alone(tmp_path, planted):
+    """The job's Ray folder is made 0700 on each node; one that someone made first (open to
+    others, or a symlink) is refused before Ray starts."""
+    script = (Path(__file__).parents[1] / "cluster" / "slurm" / "sweep.sbatch").read_text()
+    body = script[script.index("private_dir() {"):script.index("stop_node_ray() {")]
+    folder = tmp_path / "sweeps-ray-123"
+    if planted == "open":
+        folder.mkdir(mode=0o777)
+        folder.chmod(0o777)
+    elif planted == "symlink":
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        folder.symlink_to(tmp_path / "elsewhere")
+    run = subprocess.run(["bash", "-c", f"{body}\nprivate_dir"], capture_output=True, text=True,
+                         env={**os.environ, "RAY_PRIVATE": str(folder)})
+    if planted is None:
+        assert run.returncode == 0, run.stderr
+        assert folder.stat().st_mode & 0o777 == 0o700
+    else:
+        assert run.returncode == 1 and "is not a folder of" in run.stderr
