@@ -145,7 +145,10 @@ def run_sweep(sweep: Sweep, *, address: str | None = None, progress: bool = True
         if check:
             sweep = preflight(sweep)
         sweep.output_dir.mkdir(parents=True, exist_ok=True)
-        state_seal.seal(sweep.output_dir)
+        unsealed = state_seal.seal(sweep.output_dir)
+        if unsealed:
+            _stderr(f"warning: the results folder is not sealed ({unsealed}); `sweeps "
+                    "resume` of it will need --trust-state")
         save_resolved(sweep)
         if warm is not None:
             warm_start.seed_study(sweep, warm, study_storage(sweep))

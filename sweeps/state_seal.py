@@ -41,11 +41,15 @@ def _key(create: bool) -> bytes | None:
     path = key_path()
     if not path.exists() and create:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(secrets.token_hex(32))
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another sweep made it a moment ago
+            pass
+        else:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_hex(32))
     try:
-        return path.read_text().strip().encode()
+        return path.read_text().strip().encode() or None
     except OSError:
         return None
 
@@ -54,13 +58,23 @@ def _mac(key: bytes, folder_id: str) -> str:
     return hmac.new(key, folder_id.encode(), hashlib.sha256).hexdigest()
 
 
-def seal(folder: Path) -> None:
-    """Mark ``folder`` as written by sweeps under this account (see the module doc)."""
-    key = _key(create=True)
-    assert key is not None
+def seal(folder: Path) -> str | None:
+    """Mark ``folder`` as written by sweeps under this account (see the module doc).
+
+    Returns why it could not (a home folder that cannot be written, say): the sweep runs
+    all the same, and ``resume`` of the folder then needs ``--trust-state``."""
+    try:
+        key = _key(create=True)
+    except OSError as exc:
+        key, why = None, f"{key_path()}: {exc.strerror or exc}"
+    else:
+        why = f"{key_path()} is unreadable or empty"
+    if key is None:
+        return why
     folder_id = secrets.token_hex(16)
     write_text(folder / SEAL_FILE, json.dumps({"id": folder_id, "mac": _mac(key, folder_id)}))
     os.chmod(folder / SEAL_FILE, 0o600)
+    return None
 
 
 def _sealed_here(folder: Path) -> bool:

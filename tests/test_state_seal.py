@@ -66,3 +66,16 @@ def test_resume_refuses_an_unsealed_folder_before_ray_starts(tmp_path, monkeypat
     assert (folder / "ray" / "tuner.pkl").read_bytes() == b"not a real pickle"
     assert sorted(p.name for p in folder.rglob("*") if not p.name.startswith(".sweeps.")) \
         == [p for p in before if not p.startswith(".sweeps.")]
+
+
+def test_a_home_that_cannot_be_written_leaves_the_folder_unsealed_not_the_run(tmp_path,
+                                                                             monkeypatch):
+    blocked = tmp_path / "config"
+    blocked.write_text("a file where the config folder would be")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(blocked))
+    folder = _results_folder(tmp_path)
+    why = seal(folder)
+    assert why and str(blocked) in why
+    assert not (folder / SEAL_FILE).exists()
+    with pytest.raises(SpecError):
+        check(folder)
