@@ -17,6 +17,7 @@ from sweeps import folder_lock, state_check, state_seal, warm_start
 from sweeps.atomic import write_text
 from sweeps.book import TrialBook, TrialRecord, close_books, open_book, run_here
 from sweeps.errors import PreflightFailed, SpecError
+from sweeps.lr_check import lr_ignored
 from sweeps.ray_session import ray_running
 from sweeps.report import write_report
 from sweeps.results import (
@@ -184,6 +185,11 @@ def _execute(sweep: Sweep, *, address: str | None, progress: bool, tracking_uri:
     try:
         with ray_running(address):
             run_search(sweep, book, progress=progress, resume=resume)
+            ignored = lr_ignored(book.trials.values())
+            if ignored:
+                raise SpecError("write_back.lr", ignored, "point write_back.lr at the key your "
+                                "trainer builds its optimizer from (`sweeps try FILE --set "
+                                "lr=...` shows the LR it reports)")
             if resume:
                 fail_interrupted(sweep)
             search = [r for r in book.trials.values() if r.role == "search"]

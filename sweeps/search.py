@@ -24,6 +24,7 @@ from ray.tune.search.optuna import OptunaSearch
 
 from sweeps.book import TrialBook
 from sweeps.config_paths import get_path
+from sweeps.lr_check import lr_ignored
 from sweeps.reporter import FINAL
 from sweeps.space import central_value, contains, optuna_space
 from sweeps.spec import Sweep
@@ -118,6 +119,8 @@ class StabilityAwareSearch(OptunaSearch):
         if total is not None and trial_id not in self._ot_trials and \
                 self.book.steps_spent() >= total:
             return Searcher.FINISHED
+        if getattr(self, "lr_problem", None):  # the sweep tunes nothing: start no more
+            return Searcher.FINISHED
         return super().suggest(trial_id)
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
@@ -134,6 +137,8 @@ class StabilityAwareSearch(OptunaSearch):
         if trial_id in self._completed_trials or trial_id not in self._ot_trials:
             return
         rec = self.book.finish(trial_id, result, error)
+        if not getattr(self, "lr_problem", None):
+            self.lr_problem = lr_ignored(self.book.trials.values())
         ot_trial = self._ot_trials[trial_id]
         if self._ot_study._storage.get_trial(ot_trial._trial_id).state.is_finished():
             self._completed_trials.add(trial_id)  # told before the driver restarted
