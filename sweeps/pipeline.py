@@ -19,7 +19,7 @@ from sweeps.book import TrialBook, TrialRecord, close_books, open_book, run_here
 from sweeps.errors import PreflightFailed, SpecError
 from sweeps.lr_check import lr_ignored
 from sweeps.ray_session import ray_running
-from sweeps.report import write_report
+from sweeps.report import SELECTION_NOTES, write_report
 from sweeps.results import (
     fallback_warning,
     trials_frame,
@@ -221,6 +221,11 @@ def write_outputs(sweep: Sweep, book: TrialBook, front: list[TrialRecord],
     write_csv(out / "trials.csv", trials)
     write_histories(out / "trials", book)
     pareto, paths = write_front(sweep, book, chosen)
+    notes = out / SELECTION_NOTES
+    if chosen.notes:
+        write_text(notes, "\n".join(chosen.notes) + "\n")
+    elif notes.is_file():
+        notes.unlink()  # a resumed sweep whose confirmation now went further
     report = write_report(out, sweep.name, [o.metric for o in sweep.objectives])
     tags = {c.trial_id: {"sweeps.selection": c.verdict,
                          "sweeps.selection_reason": (c.fragile_reason or "")[:500]}

@@ -42,6 +42,7 @@ class Results:
     seed: int = 0
     baseline: float | None = None
     space: dict[str, dict[str, Any]] = field(default_factory=dict)  # knob -> its entry
+    notes: list[str] = field(default_factory=list)  # why confirmation stopped early, if it did
 
     @property
     def categorical(self) -> set[str]:
@@ -155,7 +156,18 @@ def load(folder: Path, name: str | None = None, objectives: list[str] | None = N
                    list(objectives), modes, knobs, kinds, stable,
                    seed if isinstance(seed, int) else 0,
                    float(baseline) if isinstance(baseline, (int, float)) else None,
-                   {k: v for k, v in entries.items() if k in knobs})
+                   {k: v for k, v in entries.items() if k in knobs}, _notes(folder))
+
+
+#: Why confirmation stopped before ``confirm.keep`` configs held (one line each).
+SELECTION_NOTES = "selection_notes.txt"
+
+
+def _notes(folder: Path) -> list[str]:
+    path = folder / SELECTION_NOTES
+    if not path.is_file() or path.is_symlink():
+        return []
+    return [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()][:20]
 
 
 def _plain(v: Any) -> Any:
@@ -235,6 +247,7 @@ def summary_of(res: Results) -> dict[str, Any]:
         "counts": {k: int(v) for k, v in res.search["status"].value_counts().items()},
         "rerun_counts": {k: int(v) for k, v in res.reruns["status"].value_counts().items()},
         "warm_start": _warm_summary(res),
+        "selection_notes": list(res.notes),
         "failures": {t["reason"]: t["trials"] for t in tax
                      if t["trials"] and not t["reason"].startswith("pruned")},
         "diagnoses": {t["reason"].removeprefix("pruned · "): t["trials"] for t in tax
@@ -518,6 +531,7 @@ def _header(res: Results, info: dict[str, Any]) -> str:
             f"</p>{_warm_html(info)}<p>failures by reason: "
             f"{_badges(info['failures'], plots.OUTCOME_COLOURS)}</p>"
             f"<h3>Stable configs (best first)</h3>{stable_html}"
+            + "".join(f"<p class=note>{e(n)}</p>" for n in res.notes) +
             f"{_warning_html(res)}{_compile_html(res)}"
             "<nav><a href='#pareto'>Pareto front</a><a href='#seeds'>Fresh seeds</a>"
             "<a href='#map'>Stability map</a><a href='#importance'>Knob importance</a>"

@@ -203,6 +203,12 @@ def test_with_a_step_budget_confirmation_stops_where_the_budget_ends(linreg_dir,
     assert list(pareto["selection"]) == ["fragile"]
     assert not list((out / "stable").glob("*.yaml"))
     assert "confirmation stopped after 1 candidate(s)" in capsys.readouterr().out
+    # the report says why nothing was handed over, after the run too
+    from sweeps.report import summary
+
+    notes = summary(out)["selection_notes"]
+    assert len(notes) == 1 and "raise total_steps to confirm more" in notes[0]
+    assert "confirmation stopped after 1 candidate(s)" in (out / "report.html").read_text()
 
 
 def test_configs_the_scheduler_pruned_are_confirmed_when_the_survivors_are_fragile(
