@@ -739,7 +739,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
                     help="regression and direction-mlp: 16 x 200 steps; direction: 10 x 120 "
-                    "steps; fragile: 24 x 80 steps; 2 seeds")
+                    "steps; fragile: 24 x 80 steps; 2 run seeds unless --seeds")
     ap.add_argument("--trainer", choices=(*BUILTIN, "all"), default="all",
                     help=f"a built-in case; all = {', '.join(DEFAULT_CASES)}")
     ap.add_argument("--sweep", type=Path, help="benchmark this sweep file instead")
@@ -749,7 +749,7 @@ def main() -> None:
                     help="the step budget in trials of --steps (default 24)")
     ap.add_argument("--budget", type=int, help="training steps per method run "
                     "(default: --trials x --steps, or the sweep file's budget.total_steps)")
-    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--seeds", type=int, help="run seeds (default 3; 2 with --quick)")
     ap.add_argument("--concurrent", type=int, default=2)
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--noise-seeds", type=int, default=0, help="afterwards, re-train each "
@@ -777,8 +777,9 @@ def main() -> None:
             trials, steps = quick[trainer] if args.quick else (args.trials, args.steps or 300)
             budget = trials * steps if args.quick else args.budget or trials * steps
             cases.append((trainer, builtin_sweep(trainer, steps), steps, budget, trainer))
-    if args.quick:
+    if args.quick and args.seeds is None:
         args.seeds = 2
+    args.seeds = 3 if args.seeds is None else args.seeds
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
 
     import ray

@@ -22,8 +22,13 @@ optimistic), the worst seed breaking ties: the order is what the user will get.
 A candidate whose search trial the scheduler pruned is judged on its fresh seeds
 alone (its search run was cut short, so its value is not comparable).
 Candidates are confirmed in rounds down the ranked list until ``confirm.keep``
-hold or ``confirm.max_candidates`` were tried. The base config's own knob values
-run on the same seeds (``confirm.base``) as a reference.
+hold or ``confirm.max_candidates`` were tried. Each round is raced in two stages:
+every candidate first runs on one fresh seed (the screen); one that is already
+unstable there, or already further than the tolerance from its search seed, is
+``fragile`` at once and runs nothing more; the rest run their other fresh seeds and
+the LR probe. A fragile candidate so costs one re-run instead of all of them, and
+what it would have cost goes to the next candidates. The base config's own knob
+values run on the same seeds (``confirm.base``) as a reference.
 """
 
 from __future__ import annotations
@@ -150,22 +155,29 @@ class Confirmation:
 
     # ---- verdict
     def _problem(self) -> tuple[str, str] | None:
-        """(verdict, reason) when the candidate does not hold, else None."""
-        failed = self.seed_reasons
-        if failed:
-            return "fragile", "unstable on a fresh seed: " + "; ".join(failed)
-        if self.probe is not None and self.probe.status != "ok":
-            return "fragile", f"LR probe unstable: {self.probe.failure()}"
+        """(verdict, reason) when the candidate does not hold, else None.
+
+        Fragility seen on the runs recorded so far is final (more seeds can only widen
+        the gap), so it is checked before completeness: a candidate the screen rejected
+        is ``fragile``, not ``incomplete``.
+        """
         planned = self.planned + self.probe_planned
         done = len(self.runs) + (self.probe is not None)
+        cut = (f" (settled by {done} of {planned} confirmation runs; the rest were not run)"
+               if done < planned else "")
+        failed = self.seed_reasons
+        if failed:
+            return "fragile", "unstable on a fresh seed: " + "; ".join(failed) + cut
+        if self.probe is not None and self.probe.status != "ok":
+            return "fragile", f"LR probe unstable: {self.probe.failure()}"
+        spread = self.spread
+        if spread is not None and spread > self.tolerance:
+            return "fragile", self._gap_text(spread) + cut
         if done < planned:
             return "incomplete", f"only {done} of {planned} confirmation runs recorded"
         unreported = [r.seed for r in [self.search, *self.runs] if r.quality is None]
         if unreported:
             return "incomplete", f"no {self.quality.metric} reported on seed(s) {unreported}"
-        spread = self.spread
-        if spread is not None and spread > self.tolerance:
-            return "fragile", self._gap_text(spread)
         if self.poor_against is not None and self.mean is not None:
             gap = objectives.quality_gap(self.mean, self.poor_against, self.quality.mode,
                                          self.baseline)
@@ -277,13 +289,22 @@ def probes(sweep: Sweep, values: dict[str, Any]) -> bool:
     return sweep.spec.confirm.lr_probe > 0 and "lr" in values
 
 
-def plan(sweep: Sweep, batch: list[TrialRecord]) -> list[dict[str, Any]]:
-    """Re-run configs: each candidate on the fresh seeds and once at LR × probe."""
+def plan(sweep: Sweep, batch: list[TrialRecord], stage: str = "all") -> list[dict[str, Any]]:
+    """Re-run configs: each candidate on the fresh seeds and once at LR × probe.
+
+    ``stage`` "screen" plans the first fresh seed only, "finish" the other fresh seeds
+    and the probe, "all" both.
+    """
+    seeds = fresh_seeds(sweep)
+    if stage == "screen":
+        seeds = seeds[:1]
+    elif stage == "finish":
+        seeds = seeds[1:]
     runs: list[dict[str, Any]] = []
     for rec in batch:
-        for seed in fresh_seeds(sweep):
+        for seed in seeds:
             runs.append({**rec.values, SEED_KEY: seed, ROLE_KEY: f"confirm:{rec.trial_id}"})
-        if probes(sweep, rec.values):
+        if stage != "screen" and probes(sweep, rec.values):
             runs.append({**rec.values, SEED_KEY: rec.seed,
                          LR_SCALE_KEY: sweep.spec.confirm.lr_probe,
                          ROLE_KEY: f"probe:{rec.trial_id}"})
@@ -357,37 +378,68 @@ def _holding(judged: list[Confirmation]) -> int:
     return sum(c.holds for c in judged)
 
 
+def _affordable(sweep: Sweep, book: TrialBook, queue: list[TrialRecord], need: int) -> int:
+    """How many of the next candidates a later round may take: as many as the rest of
+    ``budget.total_steps`` can re-run in full (``need`` without a step budget)."""
+    budget = sweep.spec.budget
+    if budget.total_steps is None:
+        return need
+    left = budget.total_steps - sum(r.last_step for r in book.trials.values())
+    n = 0
+    for rec in queue[:need]:
+        cost = len(plan(sweep, [rec])) * budget.max_steps
+        if cost > left:
+            break
+        left -= cost
+        n += 1
+    return n
+
+
 def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: list[TrialRecord],
            run: Runner) -> Selection:
-    """Confirm ``ordered`` candidates in rounds until ``confirm.keep`` hold.
+    """Confirm ``ordered`` candidates in raced rounds until ``confirm.keep`` hold.
 
-    ``run(configs, name)`` runs one round of re-runs (a Ray Tune experiment called
-    ``name``) and records them in ``book``. Round 1 also runs the base config. With a
-    step budget, round 1 uses the steps the search kept back; a later round starts only
-    if it fits in what is left of ``budget.total_steps``.
+    ``run(configs, name)`` runs one stage of re-runs (a Ray Tune experiment called
+    ``name``) and records them in ``book``. A round screens its candidates on the first
+    fresh seed, then finishes those the screen did not already make fragile (the other
+    fresh seeds and the LR probe). Round 1 also runs the base config, inside the steps
+    the search kept back; a later round takes only as many candidates as the rest of
+    ``budget.total_steps`` can re-run in full.
     """
-    conf, budget = sweep.spec.confirm, sweep.spec.budget
+    conf = sweep.spec.confirm
     on_front = {r.trial_id for r in front}
     queue = ordered[:conf.max_candidates]
     judged: list[Confirmation] = []
     notes: list[str] = []
     base_runs = plan_base(sweep)
-    round_no = 1
+    stage_no = 0
+
+    def run_stage(runs: list[dict[str, Any]]) -> None:
+        nonlocal stage_no
+        stage_no += 1
+        if runs:
+            run(runs, "confirm" if stage_no == 1 else f"confirm-{stage_no}")
+
+    def verdicts(batch: list[TrialRecord]) -> list[Confirmation]:
+        return [judge(sweep, book, rec, rec.trial_id in on_front) for rec in batch]
+
+    first = True
     while queue and _holding(judged) < conf.keep:
         need = conf.keep - _holding(judged)
-        batch, queue = queue[:need], queue[need:]
-        runs = plan(sweep, batch) + (base_runs if round_no == 1 else [])
-        spent = sum(r.last_step for r in book.trials.values())
-        if round_no > 1 and budget.total_steps is not None and \
-                spent + len(runs) * budget.max_steps > budget.total_steps:
+        take = need if first else _affordable(sweep, book, queue, need)
+        if take == 0:
+            spent = sum(r.last_step for r in book.trials.values())
             notes.append(f"confirmation stopped after {len(judged)} candidate(s): another "
                          f"round would pass budget.total_steps ({spent} of "
-                         f"{budget.total_steps} spent); raise total_steps to confirm more")
+                         f"{sweep.spec.budget.total_steps} spent); raise total_steps to "
+                         "confirm more")
             break
-        if runs:
-            run(runs, "confirm" if round_no == 1 else f"confirm-{round_no}")
-        judged += [judge(sweep, book, rec, rec.trial_id in on_front) for rec in batch]
-        round_no += 1
+        batch, queue = queue[:take], queue[take:]
+        run_stage(plan(sweep, batch, "screen") + (base_runs if first else []))
+        alive = [c.trial_id for c in verdicts(batch) if c.verdict != "fragile"]
+        run_stage(plan(sweep, [r for r in batch if r.trial_id in alive], "finish"))
+        judged += verdicts(batch)
+        first = False
     _holding(judged)
     holding = sorted((c for c in judged if c.holds), key=Confirmation.rank_key)
     steps = {"search": book.steps_spent("search")}
