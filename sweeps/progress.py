@@ -138,28 +138,33 @@ class ProgressLines(Callback):
     def eta(self, now: float | None = None) -> tuple[float, float]:
         """Seconds elapsed, and left (NaN until it can be told).
 
-        The rate is measured from the first result on, so Ray's start-up is not spread
-        over the remaining trials, and only once as many trials finished as run at once
-        (the first ones to finish are the ones a scheduler or rule cut short)."""
+        Measured in training steps: the wall time per step since the first result (so
+        Ray's start-up is not spread over what is left), times the search's steps still
+        to run and the steps confirmation keeps back (its full-length re-runs cost more
+        than the search's early-stopped trials; ``Sweep.confirm_steps``). Shown only once
+        as many trials finished as run at once (the first to finish are the ones a
+        scheduler or rule cut short)."""
         now = time.monotonic() if now is None else now
         elapsed = now - self.start
         training = now - self.first_result if self.first_result is not None else 0.0
         concurrent = max(1, self.book.sweep.spec.budget.concurrent)
-        if training <= 0 or self.done < concurrent:
+        spent = self.book.steps_spent()
+        if training <= 0 or self.done < concurrent or not spent:
             return elapsed, math.nan
         if self.total is None and self.step_budget:
-            spent = self.book.steps_spent()
-            left = training / spent * max(0, self.step_budget - spent) if spent else math.nan
+            search_left = max(0, self.step_budget - spent)
         else:
-            left = training / self.done * max(0, self.total - self.done)
-        return elapsed, left
+            finished = sum(r.last_step for r in self.book.trials.values()
+                           if r.role == "search" and r.finished)
+            search_left = finished / self.done * max(0, self.total - self.done)
+        return elapsed, training / spent * (search_left + self.book.sweep.confirm_steps)
 
     def tally(self) -> str:
         elapsed, left = self.eta()
         counts = ", ".join(f"{k} {n}" for k, n in sorted(self.counts.items()))
         best = f" | best {self.best[1]}" if self.best else ""
         eta = "?" if math.isnan(left) else f"~{left:.0f}s"
-        return f"{counts}{best} | elapsed {elapsed:.0f}s, {eta} left"
+        return f"{counts}{best} | elapsed {elapsed:.0f}s, {eta} left with confirmation"
 
     def panel(self) -> Table:
         elapsed, left = self.eta()
@@ -175,5 +180,5 @@ class ProgressLines(Callback):
                       or "-")
         table.add_row("best so far", self.best[1] if self.best else "-")
         eta = "?" if math.isnan(left) else f"~{left:.0f}s"
-        table.add_row("time", f"{elapsed:.0f}s elapsed, {eta} left")
+        table.add_row("time", f"{elapsed:.0f}s elapsed, {eta} left with confirmation")
         return table

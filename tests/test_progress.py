@@ -48,7 +48,7 @@ def test_plain_lines_with_tally_and_best(linreg_dir, monkeypatch):
     text = out.getvalue()
     assert "[2/3] b unstable (non_finite @ 4)  lr=20" in text
     assert "best val_loss 0.2 (c)" in text
-    assert "non_finite 1, ok 2" in text and "0s left" in text
+    assert "non_finite 1, ok 2" in text and "s left with confirmation" in text
 
 
 def test_live_panel_on_a_terminal(linreg_dir, monkeypatch):
@@ -81,15 +81,19 @@ def test_step_budget_counts_steps(linreg_dir, monkeypatch):
     assert book.steps_spent() == 25
 
 
-def test_time_left_ignores_start_up_and_waits_for_a_full_round(linreg_dir, monkeypatch):
-    """Ray's start-up is not spread over the remaining trials, and no estimate is shown
-    before as many trials finished as run at once (budget.concurrent: 2 here)."""
+def test_time_left_ignores_start_up_and_counts_confirmation(linreg_dir, monkeypatch):
+    """Ray's start-up is not spread over what is left, no estimate is shown before as
+    many trials finished as run at once (budget.concurrent: 2 here), and the steps
+    confirmation keeps back are part of what is left."""
     monkeypatch.chdir(linreg_dir)
     book = TrialBook(load_sweep(linreg_dir / "linreg.yaml"))
     progress = ProgressLines(book, 10, console=Console(file=io.StringIO(), width=200))
     progress.start, progress.first_result = 0.0, 30.0  # 30 s to start Ray and the trainer
-    progress.done = 1
+    _feed(progress, book, _trial("a", 0.1, 20, 0.5))
     assert math.isnan(progress.eta(now=40.0)[1])
-    progress.done = 2
-    elapsed, left = progress.eta(now=40.0)  # 2 trials in 10 s of training: 8 more in 40 s
-    assert elapsed == 40.0 and left == 40.0
+    _feed(progress, book, _trial("b", 0.05, 20, 0.4))
+    # 40 steps in 10 s of training: 0.25 s a step; 8 more trials of ~20 steps, and
+    # confirmation's 3 x (1 seed + 1 probe) + 2 base runs of 60 steps
+    assert book.sweep.confirm_steps == 8 * 60
+    elapsed, left = progress.eta(now=40.0)
+    assert elapsed == 40.0 and left == 0.25 * (8 * 20 + 8 * 60)
