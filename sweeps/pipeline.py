@@ -95,13 +95,8 @@ def archive_previous(out: Path) -> Path | None:
 
 def save_resolved(sweep: Sweep) -> None:
     """A self-contained copy of the sweep (base config and space inline) for ``resume``."""
-    data = sweep.spec.model_dump(mode="json")
-    if sweep.spec.budget.trial_cap is None:  # a step budget without a trial cap stays so
-        del data["budget"]["trials"]
-    data["base_config"] = sweep.base_config
-    data["search_space"] = {k: v.model_dump(mode="json") for k, v in sweep.space.items()}
     out = sweep.output_dir
-    write_text(out / "sweep.yaml", yaml.safe_dump(data, sort_keys=False))
+    write_text(out / "sweep.yaml", yaml.safe_dump(sweep.resolved(), sort_keys=False))
     write_text(out / "sweep_state.json", json.dumps({
         "source": str(sweep.source or ""), "base_dir": str(sweep.base_dir),
         "workdir": str(sweep.workdir)}, indent=2))

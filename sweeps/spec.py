@@ -220,6 +220,17 @@ class Sweep:
         """Knob values keyed by their write-back paths."""
         return {self.spec.write_back[k]: v for k, v in values.items()}
 
+    def resolved(self) -> dict[str, Any]:
+        """The sweep as one self-contained document (base config and space inline), as
+        written to ``<results>/sweep.yaml`` and shipped to clusters; a step budget without
+        a trial cap stays so (the model's default ``trials`` is not written)."""
+        data = self.spec.model_dump(mode="json")
+        if self.spec.budget.trial_cap is None:
+            del data["budget"]["trials"]
+        data["base_config"] = self.base_config
+        data["search_space"] = {k: v.model_dump(mode="json") for k, v in self.space.items()}
+        return data
+
     @property
     def confirm_steps(self) -> int:
         """Training steps a step budget keeps back for confirmation: ``confirm.keep``

@@ -200,3 +200,22 @@ def test_each_node_keeps_ray_in_a_folder_of_the_users_alone(tmp_path, planted):
         assert folder.stat().st_mode & 0o777 == 0o700
     else:
         assert run.returncode == 1 and "is not a folder of" in run.stderr
+
+
+def test_a_gpu_job_keeps_a_step_budget_without_a_trial_cap(linreg_dir):
+    """The sweep shipped with --gpus-per-node is the one `sweeps run` saves: a step
+    budget with no `trials` is not capped at the model's default trial count."""
+    from sweeps.cluster.slurm import gpu_override
+    from sweeps.spec import load_sweep, load_sweep_dict
+
+    data = yaml.safe_load((linreg_dir / "linreg.yaml").read_text())
+    del data["budget"]["trials"]
+    data["budget"]["total_steps"] = 5000
+    (linreg_dir / "linreg.yaml").write_text(yaml.safe_dump(data))
+    sweep = load_sweep(linreg_dir / "linreg.yaml", import_trainer=False)
+    assert sweep.spec.budget.trial_cap is None
+    shipped = yaml.safe_load(gpu_override(sweep))
+    assert "trials" not in shipped["budget"] and shipped["resources"]["gpu"] == 1
+    again = load_sweep_dict(shipped, base_dir=linreg_dir, import_trainer=False)
+    assert again.spec.budget.trial_cap is None
+    assert again.spec.budget.total_steps == 5000

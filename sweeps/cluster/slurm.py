@@ -134,9 +134,7 @@ def gpu_override(sweep: Sweep) -> str:
 
     from sweeps.spec import load_sweep_dict
 
-    data = sweep.spec.model_dump(mode="json")
-    data["base_config"] = sweep.base_config
-    data["search_space"] = {k: v.model_dump(mode="json") for k, v in sweep.space.items()}
+    data = sweep.resolved()
     data["resources"]["gpu"] = 1
     load_sweep_dict(data, base_dir=sweep.base_dir, import_trainer=False)
     return yaml.safe_dump(data, sort_keys=False)
