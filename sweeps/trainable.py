@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -57,17 +58,24 @@ def trial_values(sweep: Sweep, config: dict[str, Any]) -> dict[str, Any]:
 
 
 def trial_settings(sweep: Sweep, values: dict[str, Any]) -> RuleSettings:
-    """Rule settings for one trial: the warmup knob says when warmup ends.
+    """Rule settings for one trial, from its knob values (``trial_values``: the lr
+    already times the LR probe's scale).
 
-    lr_anomaly does not judge a zero LR during warmup, and collapse does not judge
-    predictions before warmup has ended (a model may start collapsed and recover).
+    The warmup knob says when warmup ends: lr_anomaly does not judge a zero LR during
+    warmup, and collapse does not judge predictions before warmup has ended (a model may
+    start collapsed and recover). The lr knob is the ``sampled_lr`` lr_anomaly's
+    climbs_past_lr compares the optimizer's LR with.
     """
+    rules = sweep.spec.rules
+    update: dict[str, Any] = {}
     if "warmup" in values and values["warmup"] is not None:
         warmup = int(values["warmup"])
-        rules = sweep.spec.rules
-        return rules.model_copy(update={
-            "warmup_steps": warmup, "collapse_min_step": max(rules.collapse_min_step, warmup)})
-    return sweep.spec.rules
+        update.update(warmup_steps=warmup,
+                      collapse_min_step=max(rules.collapse_min_step, warmup))
+    lr = values.get("lr")
+    if isinstance(lr, (int, float)) and not isinstance(lr, bool) and 0 < lr < math.inf:
+        update["sampled_lr"] = float(lr)
+    return rules.model_copy(update=update) if update else rules
 
 
 def prepare_process(sweep: Sweep, threads: int) -> None:

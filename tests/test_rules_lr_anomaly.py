@@ -18,9 +18,9 @@ def lrs(values, start: int = 0) -> list[dict]:
     return [{"step": start + t, "lr": float(v)} for t, v in enumerate(values)]
 
 
-def torch_lrs(make, steps: int) -> list[float]:
+def torch_lrs(make, steps: int, lr: float = 0.1) -> list[float]:
     """The LR actually in the optimizer at each step, under a real torch scheduler."""
-    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
     scheduler = make(opt)
     out = []
     for _ in range(steps):
@@ -132,3 +132,79 @@ def test_missing_lr_is_not_judged():
     history = lrs([0.1, 0.01]) + [{"step": 2, "loss": 1.0}]
     assert check(history, S) is None
     assert check(history + [{"step": 3, "lr": 0.1}], S).step == 3
+
+
+# -- climbs_past_lr: the LR rises past the trial's sampled lr ------------------------------
+
+LR = 1e-3
+
+
+def min_lr_cosine(lr: float, min_lr: float, warmup: int, steps: int) -> list[float]:
+    """A trainer's own warmup + cosine from lr to an absolute min_lr (nanoGPT's get_lr)."""
+    out = []
+    for t in range(steps):
+        if t < warmup:
+            out.append(lr * (t + 1) / (warmup + 1))
+        else:
+            coeff = 0.5 * (1 + math.cos(math.pi * (t - warmup) / (steps - warmup)))
+            out.append(min_lr + coeff * (lr - min_lr))
+    return out
+
+
+@pytest.mark.parametrize("warmup", [0, 20])
+def test_a_min_lr_above_the_sampled_lr_fires_where_it_crosses(warmup):
+    values = min_lr_cosine(LR, 0.01, warmup, 300)  # climbs 10x over the run
+    settings = RuleSettings(sampled_lr=LR, warmup_steps=warmup)
+    verdict = first_firing(lrs(values), settings)
+    crossing = next(t for t, v in enumerate(values) if t >= warmup and v > 2 * LR)
+    assert verdict.step == crossing
+    ev = verdict.evidence
+    assert ev["kind"] == "climbs_past_lr" and ev["sampled_lr"] == LR
+    assert ev["reference"] == LR and ev["ratio"] > 2 and ev["step"] == crossing
+    assert first_firing(lrs(values), settings.model_copy(update={"sampled_lr": None})) is None
+    assert first_firing(lrs(values), RuleSettings(sampled_lr=LR, allow_lr_restarts=True)) is None
+
+
+def test_one_cycle_up_to_the_sampled_lr_is_fine():
+    values = torch_lrs(lambda o: sched.OneCycleLR(o, max_lr=LR, total_steps=300), 300, LR)
+    assert max(values) / values[0] > 24  # climbs 25x, to the sampled lr
+    assert first_firing(lrs(values), RuleSettings(sampled_lr=LR)) is None
+
+
+def test_warmup_then_cosine_to_zero_is_fine_against_the_sampled_lr():
+    values = torch_lrs(warmup_cosine, 401, LR)
+    for warmup in (0, 20):
+        assert first_firing(lrs(values), RuleSettings(sampled_lr=LR, warmup_steps=warmup)) is None
+
+
+def test_a_trainer_scaling_the_lr_itself_after_warmup_is_fine():
+    scaled = 4 * LR  # e.g. linear batch-size scaling, from the end of warmup on
+    values = [scaled * t / 20 for t in range(20)] + [scaled] * 100 + \
+        torch_lrs(lambda o: sched.CosineAnnealingLR(o, 200), 200, scaled)
+    assert first_firing(lrs(values), RuleSettings(sampled_lr=LR, warmup_steps=20)) is None
+
+
+def test_cosine_to_an_eta_min_below_the_lr_is_fine():
+    values = torch_lrs(lambda o: sched.CosineAnnealingLR(o, T_max=300, eta_min=1e-4), 300, LR)
+    assert first_firing(lrs(values), RuleSettings(sampled_lr=LR)) is None
+
+
+@pytest.mark.parametrize(("lr", "fires"), [(2 * LR, False), (2.001 * LR, True)])
+def test_climb_factor_boundary(lr, fires):
+    history = lrs([LR] * 5 + [lr])
+    assert (check(history, RuleSettings(sampled_lr=LR)) is not None) is fires
+
+
+def test_the_bench_controls_lr_histories_do_not_fire_and_the_restart_still_does():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from planted import CONTROLS, _lr_at
+
+    settings = RuleSettings(sampled_lr=0.05, warmup_steps=10)
+    for case in CONTROLS:
+        values = [_lr_at(case, t, 0.05, 10, 60, 400) for t in range(1, 401)]
+        assert first_firing(lrs(values, start=1), settings) is None, case
+    values = [_lr_at("restart", t, 0.05, 10, 60, 400) for t in range(1, 401)]
+    assert first_firing(lrs(values, start=1), settings).evidence["kind"] == "warm_restart"

@@ -87,3 +87,24 @@ def test_try_says_when_the_lr_knob_does_not_reach_the_optimizer(linreg_dir, caps
     out = capsys.readouterr().out
     assert "does not follow the sampled lr 1e-05" in out and "train.learning_rate" in out
     assert "seed 0" in out
+
+
+def test_try_stops_a_schedule_that_climbs_past_the_sampled_lr(linreg_dir, capsys, monkeypatch):
+    monkeypatch.chdir(linreg_dir)
+    # hooked_trainer's cosine with an absolute floor: lr 1e-3 trains at 1e-2 after warmup
+    sets = ["--set", "lr=0.001", "--set", "warmup=5"]
+    assert main(["try", "hooked.yaml", *sets, "--set", "train.min_lr=0.01"]) == 1
+    out = capsys.readouterr().out
+    assert "lr_anomaly at step 6: kind=climbs_past_lr" in out
+    assert "sampled_lr=0.001, reference=0.001, ratio=10" in out
+    assert main(["try", "hooked.yaml", *sets]) == 0  # the same cosine down to 0
+
+
+def test_the_sampled_lr_a_trial_is_judged_against_includes_the_lr_probe(linreg_dir):
+    from sweeps.trainable import LR_SCALE_KEY, trial_settings, trial_values
+
+    sweep = load_sweep(linreg_dir / "linreg.yaml")
+    config = {"lr": 0.01, LR_SCALE_KEY: 2.0}
+    assert trial_settings(sweep, trial_values(sweep, {"lr": 0.01})).sampled_lr == 0.01
+    assert trial_settings(sweep, trial_values(sweep, config)).sampled_lr == 0.02
+    assert trial_settings(sweep, {}).sampled_lr is None  # no lr knob: the check is skipped

@@ -36,6 +36,8 @@ def check_curve(lrs: list[float], lr: float, settings: RuleSettings,
     """Findings for one LR curve: zero LR after warmup, unintended restarts, a peak above lr."""
     findings: list[Finding] = []
     history: list[dict[str, Any]] = []
+    # the peak check below is climbs_past_lr's stricter form on a schedule built around lr
+    settings = settings.model_copy(update={"sampled_lr": None})
     for step, value in enumerate(lrs, start=1):
         history.append({"step": step, "lr": value})
         verdict = lr_anomaly.check(history, settings)

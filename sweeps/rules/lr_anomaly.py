@@ -1,6 +1,6 @@
 """lr_anomaly: the LR actually in the optimizer does something no schedule should.
 
-Three kinds, named in the evidence's ``kind``:
+Four kinds, named in the evidence's ``kind``:
 
 * ``invalid_lr``: the LR is negative or non-finite (e.g. a polynomial decay run
   past its end), at any step.
@@ -11,15 +11,29 @@ Three kinds, named in the evidence's ``kind``:
 * ``warm_restart``: after the LR started to decay (after warmup), it rose above
   ``lr_restart_factor`` x its lowest value since, e.g. ``CosineAnnealingWarmRestarts``
   or ``CosineAnnealingLR`` stepped past ``T_max``. Skipped with ``allow_lr_restarts``.
+* ``climbs_past_lr``: after warmup, the LR rose above ``lr_restart_factor`` x a
+  reference: the larger of ``sampled_lr`` (the trial's lr knob) and the LR at the end of
+  warmup (the first report carrying an LR at a step >= ``warmup_steps``), e.g. a
+  cosine to an absolute ``min_lr`` above the sampled lr. OneCycleLR up to the sampled
+  lr, and a trainer that scales the LR itself from the end of warmup on, are fine.
+  Skipped without ``sampled_lr`` and with ``allow_lr_restarts``.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sweeps.rules._history import finite_num, finite_values, newest_step, num, step_of
+from sweeps.rules._history import (
+    finite_num,
+    finite_values,
+    newest_step,
+    num,
+    step_key,
+    step_of,
+)
 from sweeps.rules.settings import RuleSettings
 from sweeps.rules.verdict import Verdict
 
@@ -30,8 +44,9 @@ NOISE = 1e-6
 
 
 def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdict | None:
-    """Fail on an invalid LR, an abrupt or permanent zero LR after warmup, or an
-    unintended warm restart (see the module docstring).
+    """Fail on an invalid LR, an abrupt or permanent zero LR after warmup, an
+    unintended warm restart or an LR climbing past the sampled one (see the module
+    docstring).
 
     Example:
         >>> lrs = [0.1, 0.05, 0.02, 0.01, 0.1]          # decay, then back up 10x
@@ -55,7 +70,7 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
         return _zero(history, first, lr, now, settings)
     if settings.allow_lr_restarts:
         return None
-    return _restart(history, first, lr, now, settings)
+    return _restart(history, first, lr, now, settings) or _climb(history, lr, now, settings)
 
 
 def _zero(
@@ -97,6 +112,24 @@ def _restart(
     evidence.update(peak_lr=peak, factor=settings.lr_restart_factor)
     if lowest > 0:
         evidence["ratio"] = lr / lowest
+    return _verdict(now, evidence)
+
+
+def _climb(
+    history: Sequence[Mapping[str, Any]], lr: float, now: int, settings: RuleSettings
+) -> Verdict | None:
+    sampled, factor = settings.sampled_lr, settings.lr_restart_factor
+    if sampled is None or lr <= factor * sampled:
+        return None  # O(1) on almost every report
+    # the first LR at a step >= warmup_steps (steps ascend); this report's, at the latest
+    start = bisect.bisect_left(history, settings.warmup_steps, key=step_key)
+    found = (finite_num(history[i], "lr") for i in range(start, len(history)))
+    at_warmup = next((v for v in found if v is not None), lr)
+    reference = max(sampled, at_warmup)
+    if lr <= factor * reference:
+        return None
+    evidence: dict[str, Any] = {"kind": "climbs_past_lr", "lr": lr, "sampled_lr": sampled}
+    evidence.update(reference=reference, ratio=lr / reference, step=now, factor=factor)
     return _verdict(now, evidence)
 
 

@@ -172,14 +172,22 @@ class RuleSettings(BaseModel):
         description="LR warmup length in steps (the runner fills it from the trial config). "
         "LR rises and zeros before it are not judged, and flat_patience counts after it.",
     )
+    sampled_lr: float | None = Field(
+        None,
+        gt=0,
+        description="The trial's LR as the trainer receives it (the runner fills it from "
+        "the lr knob, times the LR probe's scale). None (no lr knob) skips climbs_past_lr.",
+    )
     lr_restart_factor: float = Field(
         2.0,
         gt=1,
         description="Fail when the LR, after it started to decay, rises above this many "
-        "times its lowest value since (an unintended warm restart).",
+        "times its lowest value since (an unintended warm restart), or after warmup rises "
+        "above this many times the larger of sampled_lr and the LR at the end of warmup.",
     )
     allow_lr_restarts: bool = Field(
-        False, description="Accept warm restarts / cyclic schedules (skip the restart check)."
+        False, description="Accept LR rises after warmup: warm restarts, cyclic schedules, "
+        "an LR climbing past the sampled one (skips warm_restart and climbs_past_lr).",
     )
 
     # -- warnings -----------------------------------------------------------------------
