@@ -1,8 +1,41 @@
-"""sweeps: hyperparameter search and stability sweeps for PyTorch training."""
+"""sweeps: hyperparameter search and stability sweeps for PyTorch training.
 
-from sweeps.compile import COMPILE_MODES, compile_mode, compile_model
-from sweeps.monitor import Monitor
-from sweeps.rules.verdict import REASONS, Verdict
+The names below are loaded on first use (PEP 562), so ``import sweeps`` and the pure
+modules (``sweeps.rules``, ``sweeps.spec``, ``sweeps.results``) do not import torch.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sweeps.compile import COMPILE_MODES, compile_mode, compile_model
+    from sweeps.monitor import Monitor
+    from sweeps.rules.verdict import REASONS, Verdict
+
+#: Public name -> the module that defines it.
+_LAZY: dict[str, str] = {
+    "COMPILE_MODES": "sweeps.compile",
+    "compile_mode": "sweeps.compile",
+    "compile_model": "sweeps.compile",
+    "Monitor": "sweeps.monitor",
+    "REASONS": "sweeps.rules.verdict",
+    "Verdict": "sweeps.rules.verdict",
+}
 
 __all__ = ["COMPILE_MODES", "Monitor", "REASONS", "Verdict", "compile_mode", "compile_model"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    """Load a public name from its module the first time it is asked for."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'sweeps' has no attribute {name!r}")
+    value = getattr(import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

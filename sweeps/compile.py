@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # torch is imported where a model is compiled, not by the CLI or rules
+    import torch
 
 #: Compile modes a search space may name. ``none`` means eager execution.
 COMPILE_MODES: tuple[str, ...] = ("none", "default", "reduce-overhead", "max-autotune")
@@ -38,6 +39,7 @@ def compile_model(model: torch.nn.Module, mode: str | bool | None) -> torch.nn.M
     """Return ``model`` compiled with ``mode``, or unchanged for ``none``/``False``/``None``.
 
     Example:
+        >>> import torch
         >>> m = torch.nn.Linear(2, 2)
         >>> compile_model(m, "none") is m
         True
@@ -45,6 +47,8 @@ def compile_model(model: torch.nn.Module, mode: str | bool | None) -> torch.nn.M
     mode = compile_mode(mode)
     if mode == "none":
         return model
+    import torch
+
     return torch.compile(model, mode=None if mode == "default" else mode)
 
 
@@ -59,6 +63,7 @@ def reset_compiler() -> None:
     """
     if "torch._dynamo" not in sys.modules:  # nothing was compiled in this process
         return
+    import torch._dynamo
     from torch._dynamo.utils import clear_compilation_metrics, counters
 
     torch._dynamo.reset()
@@ -78,6 +83,7 @@ def compile_evidence() -> dict[str, Any]:
     """
     if "torch._dynamo" not in sys.modules:  # nothing was compiled in this process
         return dict.fromkeys(EVIDENCE_KEYS, 0)
+    import torch._dynamo
     from torch._dynamo.utils import counters, get_compilation_metrics
 
     metrics = list(get_compilation_metrics())

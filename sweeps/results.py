@@ -5,18 +5,20 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from sweeps import objectives
 from sweeps.atomic import replace_dir, write_text
-from sweeps.book import TrialBook, TrialRecord
 from sweeps.compile import EVIDENCE_KEYS, compile_mode
-from sweeps.confirm import Confirmation, Selection
 from sweeps.export import write_config
 from sweeps.space import Categorical, fixed_value
 from sweeps.spec import Sweep
+
+if TYPE_CHECKING:  # annotations only: the files are written without Ray Tune imported
+    from sweeps.book import TrialBook, TrialRecord
+    from sweeps.confirm import Confirmation, Selection
 
 
 def trial_row(sweep: Sweep, book: TrialBook, rec: TrialRecord) -> dict[str, Any]:

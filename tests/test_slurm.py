@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from sweeps.cluster.slurm import add_commands
-from sweeps.cluster.slurm_render import JobOptions, port_block, time_seconds, validate
+from sweeps.cluster.slurm_render import TEMPLATE, JobOptions, port_block, time_seconds, validate
 from sweeps.errors import SpecError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -184,7 +184,7 @@ def test_partition_time_and_cpus_can_be_left_to_the_site(linreg_dir, monkeypatch
 def test_each_node_keeps_ray_in_a_folder_of_the_users_alone(tmp_path, planted):
     """The job's Ray folder is made 0700 on each node; one that someone made first (open to
     others, or a symlink) is refused before Ray starts."""
-    script = (Path(__file__).parents[1] / "cluster" / "slurm" / "sweep.sbatch").read_text()
+    script = TEMPLATE.read_text()
     body = script[script.index("private_dir() {"):script.index("stop_node_ray() {")]
     folder = tmp_path / "sweeps-ray-123"
     if planted == "open":

@@ -173,8 +173,8 @@ def _read_template(path: str | None) -> str:
         return file.read_text()
     except OSError as exc:
         raise SpecError("--template", f"cannot read {file} ({exc.strerror or exc})",
-                        "give the path of an sbatch template such as "
-                        "cluster/slurm/sweep.sbatch") from exc
+                        "give the path of an sbatch template, e.g. a copy of "
+                        f"{TEMPLATE}") from exc
 
 
 def _check_partition(partition: str) -> None:

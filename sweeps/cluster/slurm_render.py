@@ -1,4 +1,4 @@
-"""Rendering ``cluster/slurm/sweep.sbatch``: job options, the port block, the filled-in script."""
+"""Rendering ``sweeps/cluster/sweep.sbatch``: job options, the port block, the filled-in script."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from pathlib import Path
 
 from sweeps.errors import SpecError
 
-#: Where `sweeps slurm` finds its template (a source checkout; ``--template`` overrides it).
-TEMPLATE = Path(__file__).resolve().parents[2] / "cluster" / "slurm" / "sweep.sbatch"
+#: The template `sweeps slurm` fills in, shipped inside the package (so a wheel has it too;
+#: ``cluster/slurm/sweep.sbatch`` in a checkout links to it); ``--template`` overrides it.
+TEMPLATE = Path(__file__).resolve().with_name("sweep.sbatch")
 PORT_FLOOR = 20000
 #: Default port blocks stay below 32768, where Linux starts handing out ephemeral ports.
 PORT_CEILING = 32768
@@ -100,7 +101,7 @@ def render(template: str, opts: JobOptions, *, name: str, python: str, ray: list
     missing = set(_FIELD.findall(template)) - set(fields)
     if missing:
         raise SpecError("--template", f"unknown field(s) {', '.join(sorted(missing))}",
-                        "use the fields of cluster/slurm/sweep.sbatch")
+                        f"use the fields of {TEMPLATE}")
     unset = [k for k, v in fields.items() if v is None]  # left to the site's SLURM defaults
     template = "".join(line for line in template.splitlines(keepends=True)
                        if not any(f"@@{k}@@" in line for k in unset))
