@@ -26,9 +26,10 @@ class ProgressLines(Callback):
     """Ray Tune callback that shows the sweep's progress (see the module docstring)."""
 
     def __init__(self, book: TrialBook, total: int | None, console: Console | None = None,
-                 live: bool | None = None) -> None:
+                 live: bool | None = None, stage: str | None = None) -> None:
         self.book = book
         self.total = total
+        self.stage = stage  # None: the search; else a confirmation stage's name
         self._console = console
         self._live_wanted = live
         self._live: Live | None = None
@@ -148,6 +149,10 @@ class ProgressLines(Callback):
         elapsed = now - self.start
         training = now - self.first_result if self.first_result is not None else 0.0
         concurrent = max(1, self.book.sweep.spec.budget.concurrent)
+        if self.stage is not None:  # a confirmation stage: its own full-length runs
+            if training <= 0 or not self.done or self.total is None:
+                return elapsed, math.nan
+            return elapsed, training / self.done * max(0, self.total - self.done)
         spent = self.book.steps_spent()
         if training <= 0 or self.done < concurrent or not spent:
             return elapsed, math.nan
@@ -164,7 +169,12 @@ class ProgressLines(Callback):
         counts = ", ".join(f"{k} {n}" for k, n in sorted(self.counts.items()))
         best = f" | best {self.best[1]}" if self.best else ""
         eta = "?" if math.isnan(left) else f"~{left:.0f}s"
-        return f"{counts}{best} | elapsed {elapsed:.0f}s, {eta} left with confirmation"
+        return f"{counts}{best} | {self._time_text(elapsed, eta)}"
+
+    def _time_text(self, elapsed: float, eta: str) -> str:
+        if self.stage is not None:
+            return f"{self.stage}: elapsed {elapsed:.0f}s, {eta} left in this stage"
+        return f"elapsed {elapsed:.0f}s, {eta} left with confirmation"
 
     def panel(self) -> Table:
         elapsed, left = self.eta()
@@ -180,5 +190,5 @@ class ProgressLines(Callback):
                       or "-")
         table.add_row("best so far", self.best[1] if self.best else "-")
         eta = "?" if math.isnan(left) else f"~{left:.0f}s"
-        table.add_row("time", f"{elapsed:.0f}s elapsed, {eta} left with confirmation")
+        table.add_row("time", self._time_text(elapsed, eta))
         return table

@@ -43,7 +43,8 @@ def _trainable(sweep: Sweep) -> Any:
 def _run_config(sweep: Sweep, name: str, book: TrialBook, total: int | None,
                 progress: bool) -> tune.RunConfig:
     callbacks = [WorkerLogs(book), TrialEvents(book)]  # the log is kept before it is named
-    callbacks += [ProgressLines(book, total)] if progress else []
+    stage = None if name == "ray" else name  # "ray": the search; else confirmation
+    callbacks += [ProgressLines(book, total, stage=stage)] if progress else []
     return tune.RunConfig(
         name=name, storage_path=str(sweep.output_dir), stop=RuleStopper(book),
         callbacks=callbacks, verbose=0,

@@ -97,3 +97,17 @@ def test_time_left_ignores_start_up_and_counts_confirmation(linreg_dir, monkeypa
     assert book.sweep.confirm_steps == 8 * 60
     elapsed, left = progress.eta(now=40.0)
     assert elapsed == 40.0 and left == 0.25 * (8 * 20 + 8 * 60)
+
+
+def test_a_confirmation_stage_tells_its_own_time_left(linreg_dir, monkeypatch):
+    """A confirmation stage runs fixed full-length re-runs: its time left is its own runs
+    still to go, and the line names the stage."""
+    monkeypatch.chdir(linreg_dir)
+    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml"))
+    out = io.StringIO()
+    progress = ProgressLines(book, 4, console=Console(file=out, width=200), stage="confirm-2")
+    progress.start, progress.first_result = 0.0, 20.0
+    _feed(progress, book, _trial("a", 0.1, 20, 0.5))
+    elapsed, left = progress.eta(now=30.0)  # 1 run in 10 s of training: 3 more in 30 s
+    assert elapsed == 30.0 and left == 30.0
+    assert "confirm-2: elapsed" in out.getvalue() and "left in this stage" in out.getvalue()
