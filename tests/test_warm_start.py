@@ -13,7 +13,7 @@ from sweeps.report import summary
 from sweeps.search import make_sampler
 from sweeps.space import optuna_space
 from sweeps.spec import load_sweep
-from sweeps.warm_start import SOURCE_ATTR, directions
+from sweeps.warm_start import BEST_ATTR, SOURCE_ATTR, _constraint_values, directions
 from tests.conftest import copy_sweepfiles, edit_linreg, read_results_csv, run_cli_in
 
 pytestmark = pytest.mark.slow
@@ -82,10 +82,11 @@ def test_fitting_trials_listed_and_never_run_again(sweeps):
     assert not (first / "optuna.journal.lock").exists()
 
 
-def test_tpe_starts_from_the_warm_trials(sweeps):
-    """The second sweep's first ask is TPE's answer given the warm-started trials (an
-    in-memory study with the same sampler and trials asks the same lr), not the random
-    first ask of a cold start."""
+def test_the_search_starts_at_the_earlier_best_then_tpe_takes_over(sweeps):
+    """The second sweep's first trial is the earlier sweep's best config that fits the
+    narrowed space (queued, as many as run at once: 1 here); its next ask is TPE's answer
+    given the warm-started trials and that first trial (an in-memory study with the same
+    sampler, trials and queue asks the same lr), not a cold start's."""
     folder, first, second, _ = sweeps
     sweep = load_sweep(folder / "linreg.yaml", import_trainer=False)
     study = optuna.load_study(study_name="linreg-narrow",
@@ -95,15 +96,26 @@ def test_tpe_starts_from_the_warm_trials(sweeps):
     assert warm and len(own) == OWN_TRIALS
     assert max(t.number for t in warm) < min(t.number for t in own)
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in warm)
+    feasible = [t for t in warm if all(c <= 0 for c in _constraint_values(t))]
+    best = min(feasible, key=lambda t: t.values[0])
+    assert own[0].params == best.params, "the search starts at the earlier best"
+    assert own[0].user_attrs[BEST_ATTR] == best.user_attrs["warm_start_trial"]
+    assert BEST_ATTR not in own[1].user_attrs
+    trials = read_results_csv(second / "trials.csv")
+    lrs = trials[trials["role"] == "search"]["lr"].tolist()
+    assert any(lr == pytest.approx(best.params["lr"]) for lr in lrs), "it ran as a search trial"
     space = optuna_space(sweep.space)
 
-    def first_ask(trials):
+    def next_ask(trials, queued):
         replay = optuna.create_study(directions=directions(sweep), sampler=make_sampler(sweep))
         replay.add_trials(trials)
+        for t in queued:
+            replay.enqueue_trial(t.params)
+            replay.tell(replay.ask(space), t.values)
         return replay.ask(space).params["lr"]
 
-    assert own[0].params["lr"] == pytest.approx(first_ask(warm), rel=1e-9)
-    assert own[0].params["lr"] != pytest.approx(first_ask([]), rel=1e-3)
+    assert own[1].params["lr"] == pytest.approx(next_ask(warm, [own[0]]), rel=1e-9)
+    assert own[1].params["lr"] != pytest.approx(next_ask([], [own[0]]), rel=1e-3)
 
 
 def test_bad_warm_start_folders_exit_2(sweeps, capsys):
