@@ -45,7 +45,9 @@ if TYPE_CHECKING:
 DEFAULT_SAMPLE = 10
 DEFAULT_MARGIN = 0.10
 OUTCOMES = ("recovered", "poor", "failed")
-#: The ``reason`` an ASHA-stopped (pruned) trial is audited under.
+#: The ``reason`` an ASHA-stopped (pruned) trial without a diagnosis is audited under: the
+#: scheduler's cut for trailing quality, not a verdict of the rules (so it has no precision).
+#: A pruned trial the rules diagnosed is audited under ``pruned · <rule>``, a verdict.
 PRUNED = "pruned"
 #: Metrics whose non-finite value makes a re-run ``failed`` (not ``grad_norm``: fp16 AMP
 #: skips steps with overflowing gradients on purpose).
@@ -121,9 +123,17 @@ def stopped_trials(trials: pd.DataFrame, pruned: bool = False) -> pd.DataFrame:
     ``reason`` set to :data:`PRUNED` for the latter; in trials.csv order."""
     statuses = ("unstable", "pruned") if pruned else ("unstable",)
     out = trials[(trials["role"] == "search") & trials["status"].isin(statuses)].copy()
-    out["reason"] = [PRUNED if s == "pruned" else (r or "unstable")
-                     for s, r in zip(out["status"], out["reason"], strict=True)]
+    diagnoses = out["diagnosis"] if "diagnosis" in out else [""] * len(out)
+    out["reason"] = [_pruned_reason(d) if s == "pruned" else (r or "unstable")
+                     for s, r, d in zip(out["status"], out["reason"], diagnoses, strict=True)]
     return out
+
+
+def _pruned_reason(diagnosis: Any) -> str:
+    """``pruned · collapse`` for a pruned trial the rules diagnosed, else ``pruned``."""
+    text = diagnosis if isinstance(diagnosis, str) else ""
+    rule = text.split(" ", 1)[0] if text.strip() else ""
+    return f"{PRUNED} · {rule}" if rule else PRUNED
 
 
 def pick(stopped: pd.DataFrame, n: int) -> pd.DataFrame:
@@ -310,8 +320,9 @@ def per_rule(rows: pd.DataFrame, stopped: pd.DataFrame | None = None) -> pd.Data
         rec = {"rule": reason}
         if stopped is not None:
             rec["stopped"] = int((stopped["reason"] == reason).sum())
+        verdict = n and reason != PRUNED  # ASHA's own cut is no verdict to be precise about
         rec.update({"audited": n, **counts,
-                    "precision": 1 - counts["recovered"] / n if n else float("nan"),
+                    "precision": 1 - counts["recovered"] / n if verdict else float("nan"),
                     "failed_share": counts["failed"] / n if n else float("nan")})
         out.append(rec)
     return pd.DataFrame(out)
@@ -321,9 +332,11 @@ def rule_line(rec: Mapping[str, Any]) -> str:
     """``flat_at_baseline: 5 audited, 4 failed, 1 poor, 0 recovered: precision 100 %``."""
     n = int(rec["audited"])
     of = f" of {int(rec['stopped'])}" if "stopped" in rec and int(rec["stopped"]) > n else ""
-    return (f"{rec['rule']}: {n}{of} audited, {int(rec['failed'])} failed, "
-            f"{int(rec['poor'])} poor, {int(rec['recovered'])} recovered: "
-            f"precision {_pct(rec['precision'])}, strict {_pct(rec['failed_share'])}")
+    head = (f"{rec['rule']}: {n}{of} audited, {int(rec['failed'])} failed, "
+            f"{int(rec['poor'])} poor, {int(rec['recovered'])} recovered: ")
+    if rec["rule"] == PRUNED:
+        return head + "ASHA's cut for trailing quality, no verdict of the rules (no precision)"
+    return head + f"precision {_pct(rec['precision'])}, strict {_pct(rec['failed_share'])}"
 
 
 def _pct(share: float) -> str:
@@ -384,7 +397,10 @@ def markdown(sweep_name: str, result: AuditResult, n_stopped: int, sample: int,
         "ended worse than it started.",
         "- **poor**: learning and finite, but outside the margin.",
         "- **precision**: share of a rule's audited stops that did not recover "
-        "(1 - recovered / audited); **failed_share**: the strict share that failed.", "",
+        "(1 - recovered / audited); **failed_share**: the strict share that failed. "
+        "`pruned · <rule>`: trials ASHA cut that the rules diagnosed (a verdict); "
+        "`pruned`: trials ASHA cut for trailing quality with no diagnosis (no verdict, no "
+        "precision).", "",
         *[f"Note: {n}" for n in result.notes], "" if result.notes else None,
         "## Per rule", "", _md_table(table), "",
         "## Re-runs", "",

@@ -18,7 +18,7 @@ import shutil
 import pandas as pd
 import pytest
 
-from sweeps.audit import PRUNED, Rerun, judge, per_rule, pick, stopped_trials
+from sweeps.audit import PRUNED, Rerun, judge, per_rule, pick, rule_line, stopped_trials
 from sweeps.objectives import quality_gap
 from sweeps.reporter import REASON, STATUS, TrialReporter
 from sweeps.rules.settings import RuleSettings
@@ -220,7 +220,8 @@ def test_pick_round_robin_over_reasons():
     frame = pd.DataFrame({
         "trial_id": [f"t{i}" for i in range(9)], "role": ["search"] * 8 + ["confirm"],
         "status": ["unstable"] * 6 + ["pruned", "ok", "unstable"],
-        "reason": ["a", "a", "a", "b", "b", "c", "", "", "a"]})
+        "reason": ["a", "a", "a", "b", "b", "c", "", "", "a"],
+        "diagnosis": [""] * 6 + ["", "", ""]})
     stopped = stopped_trials(frame)
     assert list(stopped["trial_id"]) == ["t0", "t1", "t2", "t3", "t4", "t5"]
     assert list(pick(stopped, 4)["trial_id"]) == ["t0", "t3", "t5", "t1"]
@@ -248,3 +249,18 @@ def test_judge_outcomes(vals, status, outcome, why):
     run = judge(_run(hist, status), "val_loss", "min", best=0.01, baseline=1.0,
                 tolerance=0.1, margin=0.1)
     assert run.outcome == outcome and why in run.why
+
+
+def test_a_pruned_trial_is_audited_under_its_diagnosis_and_asha_cuts_get_no_precision():
+    frame = pd.DataFrame({
+        "trial_id": ["t0", "t1", "t2"], "role": ["search"] * 3,
+        "status": ["pruned", "pruned", "unstable"], "reason": ["", "", "collapse"],
+        "diagnosis": ["collapse at step 30 (since step 1)", "", ""]})
+    reasons = stopped_trials(frame, pruned=True).set_index("trial_id")["reason"]
+    assert reasons.to_dict() == {"t0": "pruned · collapse", "t1": PRUNED, "t2": "collapse"}
+    rows = pd.DataFrame({"reason": ["pruned · collapse", PRUNED, PRUNED],
+                         "outcome": ["failed", "recovered", "recovered"]})
+    table = per_rule(rows).set_index("rule")
+    assert table.loc["pruned · collapse", "precision"] == 1.0
+    assert math.isnan(table.loc[PRUNED, "precision"])
+    assert "no precision" in rule_line(table.reset_index().iloc[1].to_dict())
