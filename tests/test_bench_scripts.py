@@ -86,3 +86,21 @@ def test_gpu_bench_says_it_skips_without_cuda(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.startswith("skipped: no CUDA")
     assert not (tmp_path / "gpu-none.json").exists(), "no figures without a GPU"
+
+
+def test_audit_bench_audits_every_stopped_trial_of_a_real_sweep(tmp_path):
+    stdout, data = _run("audit_bench.py", ["--seeds", "1", "--trials", "8", "--steps", "80"],
+                        tmp_path, "audit-mlp")
+    rows = data["rows"]
+    assert len(rows) == 8
+    stopped = [r for r in rows if r["status"] != "ok"]
+    assert stopped, "the failure set's configs (SGD at LR 1, raw inputs) must be stopped"
+    assert all(r["outcome"] in ("recovered", "poor", "failed") for r in rows)
+    nan_point = next(r for r in rows if r["values"]["lr"] == 1.0 and
+                     r["values"]["optimizer"] == "sgd" and not r["values"]["normalize_inputs"])
+    assert nan_point["status"] == "unstable" and nan_point["outcome"] == "failed"
+    for rec in data["per_verdict"]:
+        part = [r for r in rows if r["verdict"] == rec["verdict"]]
+        assert rec["stopped"] == len(part)
+        assert rec["recovered"] == sum(r["outcome"] == "recovered" for r in part)
+    assert "verdicts on trials within 10% of the best stable trial" in stdout
