@@ -118,6 +118,7 @@ BUILTIN = {
                   "optimizer": {"type": "categorical", "choices": ["adamw", "sgd"]}},
         "write_back": {**DIRECTION_PATHS, "optimizer": "training.optimizer"},
         "rules": {"baseline_loss": 2.531, "flat_patience": 60},  # log(4 pi): a uniform vMF
+        "quality_baseline": 1.5708,  # val_loss is the mean angle: pi/2 for a random guess
     },
     "regression": {
         "trainer": "trainers.regression:train",
@@ -182,7 +183,8 @@ def builtin_sweep(trainer: str, steps: int):
     return load_sweep_dict({
         "name": f"eff-{trainer}", "trainer": case["trainer"], "base_config": base,
         "search_space": case["space"], "write_back": case["write_back"],
-        "objectives": [{"metric": "val_loss", "mode": "min"},
+        "objectives": [{"metric": "val_loss", "mode": "min",
+                        "baseline": case.get("quality_baseline")},
                        {"metric": "instability", "mode": "min"}],
         "rules": case["rules"], "budget": {"max_steps": steps},
         "resources": {"cpu": 1, "gpu": 0},

@@ -10,7 +10,7 @@ Each re-run is then judged on how it really ended:
 * ``recovered``: finite, and its final quality (the sweep's first objective) is
   within ``margin`` of the best ``ok`` search trial's, measured with
   :func:`sweeps.objectives.quality_gap` (a share of the best's improvement over
-  ``rules.baseline_loss``): a false alarm;
+  the quality objective's ``baseline``, default ``rules.baseline_loss``): a false alarm;
 * ``failed``: it went non-finite, crashed, ended no better than the random-guess
   baseline (within ``rules.flat_tolerance`` x ``baseline_loss`` of it, or above
   it), or ended worse than it started;
@@ -391,7 +391,8 @@ def markdown(sweep_name: str, result: AuditResult, n_stopped: int, sample: int,
         f"best `ok` search trial, {ref}.", "",
         f"- **recovered**: finite, and within {margin:.0%} of the reference "
         "(`objectives.quality_gap`: a share of the reference's improvement over "
-        "`rules.baseline_loss`, else of its magnitude): a false alarm.",
+        "the objective's `baseline` (default `rules.baseline_loss`), else of its "
+        "magnitude): a false alarm.",
         "- **failed**: went non-finite, crashed, ended no better than the random-guess "
         "baseline (within `rules.flat_tolerance` x `baseline_loss` of it, or above it), or "
         "ended worse than it started.",
@@ -477,7 +478,7 @@ def run_audit(folder: Path, *, sample: int = DEFAULT_SAMPLE, steps: int | None =
          f"each re-run to {budget} steps with the rules only watching")
     for i, run in enumerate(runs, start=1):
         rerun(sweep, trainer, run, budget)
-        judge(run, metric, mode, best, rules.baseline_loss, rules.flat_tolerance, margin)
+        judge(run, metric, mode, best, sweep.quality_baseline, rules.flat_tolerance, margin)
         echo(f"  {i}/{len(runs)} {_run_line(run, metric)}")
     if best is None:  # no ok search trial: the best re-run that did not fail is the reference
         good = [r.quality for r in runs if r.outcome != "failed" and r.quality is not None]
@@ -486,7 +487,7 @@ def run_audit(folder: Path, *, sample: int = DEFAULT_SAMPLE, steps: int | None =
             best_from = "no ok search trial: the best re-run"
             notes.append("no search trial finished ok; the best re-run is the reference")
             for run in runs:
-                judge(run, metric, mode, best, rules.baseline_loss, rules.flat_tolerance,
+                judge(run, metric, mode, best, sweep.quality_baseline, rules.flat_tolerance,
                       margin)
                 echo(f"  judged against the best re-run: {_run_line(run, metric)}")
     knobs = [k for k in sweep.space if not sweep.space[k].is_fixed()]

@@ -327,7 +327,7 @@ class TrialBook:
                 for v in [objectives.metric_value(r.history, obj.metric)] if v is not None]
         if own is not None:
             seen.append(own)
-        baseline = self.sweep.spec.rules.baseline_loss
+        baseline = self.sweep.quality_baseline
         if index == 0 and baseline is not None:
             seen.append(baseline)
         if not seen:

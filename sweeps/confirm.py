@@ -8,7 +8,8 @@ candidate (a search trial) is re-run on ``confirm.seeds`` new seeds and once at
   quality on its worst seed is more than ``confirm.tolerance`` worse than on its
   best seed: ``(worst - best) / (baseline - best)``, the share of the best seed's
   improvement over the random-guess loss that the worst seed gives up, when
-  ``rules.baseline_loss`` is set; ``(worst - best) / |best|`` otherwise;
+  the quality objective has a ``baseline`` (default ``rules.baseline_loss``);
+  ``(worst - best) / |best|`` otherwise;
 - ``incomplete``: fewer re-runs were recorded than planned (e.g. 0 of 2);
 - ``poor``: holds on every seed, but it is off the front (tried because better
   configs proved fragile) and its fresh-seed mean is more than ``confirm.tolerance``
@@ -332,7 +333,7 @@ def judge(sweep: Sweep, book: TrialBook, rec: TrialRecord, on_front: bool) -> Co
                         planned=sweep.spec.confirm.seeds,
                         search=SeedRun.of(rec, quality.metric),
                         probe_planned=probes(sweep, rec.values), on_front=on_front,
-                        baseline=sweep.spec.rules.baseline_loss)
+                        baseline=sweep.quality_baseline)
     for run in book.trials.values():
         if run.role == f"confirm:{rec.trial_id}" and run.finished:
             conf.runs.append(SeedRun.of(run, quality.metric))

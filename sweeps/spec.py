@@ -60,6 +60,12 @@ class Objective(_Strict):
         default=None, ge=0, description="differences up to this do not shape the Pareto "
         "front (step_time: a relative share; other metrics: absolute); default: measured "
         "for step_time, 0.1 for instability, 0 else")
+    baseline: float | None = Field(
+        default=None, description="this metric's random-guess value (a min objective): "
+        "quality gaps (confirm.tolerance, poor, the audit, sweeps stability) are a share of "
+        "the improvement over it; default rules.baseline_loss, which is right when the "
+        "metric is the training loss measured on held-out data, and wrong when it is "
+        "another measure (e.g. a mean angle beside an NLL training loss)")
 
 
 class Budget(_Strict):
@@ -127,8 +133,8 @@ class Confirm(_Strict):
     tolerance: float = Field(
         default=0.2, gt=0, description="largest gap between a candidate's worst and best "
         "seed on the quality objective, as a share of the best seed's improvement over "
-        "rules.baseline_loss (of |best| without a baseline); a wider gap makes the "
-        "candidate fragile")
+        "its baseline (objectives[0].baseline, default rules.baseline_loss; of |best| "
+        "without one); a wider gap makes the candidate fragile")
     keep: int = Field(default=3, ge=1, description="confirmed configs to find: candidates "
                       "are confirmed down the ranked list until this many hold")
     max_candidates: int = Field(default=8, ge=1, description="most candidates to re-run")
@@ -219,6 +225,15 @@ class Sweep:
     def values_by_path(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """Knob values keyed by their write-back paths."""
         return {self.spec.write_back[k]: v for k, v in values.items()}
+
+    @property
+    def quality_baseline(self) -> float | None:
+        """The quality objective's random-guess value: its own ``baseline``, else
+        ``rules.baseline_loss``."""
+        first = self.objectives[0] if self.objectives else None
+        if first is not None and first.baseline is not None:
+            return first.baseline
+        return self.spec.rules.baseline_loss
 
     def resolved(self) -> dict[str, Any]:
         """The sweep as one self-contained document (base config and space inline), as

@@ -84,7 +84,7 @@ def run_stability(sweep: Sweep, param: str, values: list[Any], *, seeds: int = 3
 def quality_of(sweep: Sweep) -> stability.Quality | None:
     """The sweep's first objective, the quality the stability table reports."""
     first = sweep.objectives[0] if sweep.objectives else None
-    return stability.Quality(first.metric, first.mode, sweep.spec.rules.baseline_loss) \
+    return stability.Quality(first.metric, first.mode, sweep.quality_baseline) \
         if first else None
 
 

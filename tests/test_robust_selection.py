@@ -326,3 +326,30 @@ def test_racing_spends_a_fragile_candidates_other_runs_on_the_next_candidates(li
     spent = sum(r.last_step for r in book.trials.values())
     assert spent <= 320, "inside budget.total_steps"
     assert stages[0] == "confirm" and len(set(stages)) == len(stages)
+
+
+def test_the_quality_objective_has_its_own_random_guess_value(linreg_dir):
+    """A quality metric on another scale than the training loss (a mean angle beside an
+    NLL) gives its own baseline; the gaps confirmation measures use it."""
+    from sweeps.spec import load_sweep
+
+    edit_linreg(linreg_dir, rules={"baseline_loss": 2.531},
+                objectives=[{"metric": "val_loss", "mode": "min", "baseline": 1.5708},
+                            {"metric": "instability", "mode": "min"}])
+    sweep = load_sweep(linreg_dir / "linreg.yaml", import_trainer=False)
+    assert sweep.quality_baseline == 1.5708
+    edit_linreg(linreg_dir, objectives=[{"metric": "val_loss", "mode": "min"}])
+    assert load_sweep(linreg_dir / "linreg.yaml",
+                      import_trainer=False).quality_baseline == 2.531
+    # worst seed 0.45 against 0.20: 20 % of the improvement over pi/2 (just within the
+    # tolerance), but only 11 % of the improvement over the NLL's 2.531
+    runs = [SeedRun(1, "ok", None, None, 0.4744)]
+    angle = Confirmation("t", Objective(metric="val_loss"), 0.2, 1,
+                         search=SeedRun(0, "ok", None, None, 0.2), runs=runs, baseline=1.5708)
+    assert angle.spread == pytest.approx(0.2, abs=1e-3)
+    runs = [SeedRun(1, "ok", None, None, 0.5)]
+    angle.runs = runs
+    assert angle.verdict == "fragile"
+    nll = Confirmation("t", Objective(metric="val_loss"), 0.2, 1,
+                       search=SeedRun(0, "ok", None, None, 0.2), runs=runs, baseline=2.531)
+    assert nll.verdict == "confirmed"
