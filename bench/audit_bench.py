@@ -89,7 +89,7 @@ def one_seed(seed: int, trials: int, steps: int, points: list[dict[str, Any]],
         if run is None:  # ran to the end in the sweep: judge its own history
             run = judge(Rerun(tid, rec.status, None, rec.values, rec.seed,
                               history=list(rec.history)), "val_loss", "min", best,
-                        rules.baseline_loss, rules.flat_tolerance, margin)
+                        sweep.quality_baseline, rules.flat_tolerance, margin)
         rows.append({
             "seed": seed, "trial_id": tid, "status": rec.status,
             "verdict": verdict_of(rec), "stop_step": rec.stop_step or rec.last_step,
