@@ -169,7 +169,7 @@ def best_first(sweep: Sweep, warm: WarmStart) -> list[optuna.trial.FrozenTrial]:
     constraint; by the first searched objective), as many as run at once (at most 3)."""
     sign = 1.0 if searched(sweep)[0].mode == "min" else -1.0
     feasible = [t for t in warm.trials if t.values and math.isfinite(t.values[0])
-                and all(c <= 0 for c in _constraint_values(t))]
+                and all(c <= 0 for c in (t.constraints or {}).values())]
     feasible.sort(key=lambda t: sign * t.values[0])
     out: list[optuna.trial.FrozenTrial] = []
     for trial in feasible:
@@ -178,12 +178,6 @@ def best_first(sweep: Sweep, warm: WarmStart) -> list[optuna.trial.FrozenTrial]:
         if len(out) == min(3, max(1, sweep.spec.budget.concurrent)):
             break
     return out
-
-
-def _constraint_values(trial: optuna.trial.FrozenTrial) -> list[float]:
-    """A trial's constraint values (Optuna keeps them by name or as a list)."""
-    found = trial.constraints or []
-    return list(found.values()) if isinstance(found, dict) else list(found)
 
 
 def seed_study(sweep: Sweep, warm: WarmStart, storage: optuna.storages.BaseStorage) -> None:
