@@ -8,6 +8,7 @@ from typing import Any
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
+from sweeps import compat
 from sweeps.book import TrialBook
 
 
@@ -69,9 +70,9 @@ class WatchedASHA(HangWatch, ASHAScheduler):
 
     def on_trial_complete(self, tune_controller: Any, trial: Trial, result: dict) -> None:
         rec = self._book.trials.get(trial.trial_id) if hasattr(self, "_book") else None
-        bracket = self._trial_info.get(trial.trial_id)
-        if rec is not None and rec.failed and bracket is not None:
-            ahead = [(milestone, recorded) for milestone, recorded in bracket._rungs
+        rungs = compat.asha_rungs(self, trial.trial_id)
+        if rec is not None and rec.failed and rungs is not None:
+            ahead = [(milestone, recorded) for milestone, recorded in rungs
                      if milestone > rec.last_step and trial.trial_id not in recorded]
             if ahead:  # rungs are in descending order: the last one is the next rung
                 ahead[-1][1][trial.trial_id] = _FAILED_AT_RUNG

@@ -49,6 +49,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from sweeps import compat
 from sweeps.errors import SpecError
 
 #: Environment every sweep driver sets before Ray Tune starts.
@@ -100,8 +101,7 @@ def quiet_logs() -> None:
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     # "Token authentication is enabled for this Ray cluster": it is, on purpose
-    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(
-        logging.ERROR)
+    logging.getLogger(compat.TOKEN_SETUP_LOGGER).setLevel(logging.ERROR)
 
 
 @dataclass
@@ -318,31 +318,8 @@ def _token_for_this_run(folder: Path, env: _Env) -> bool:
 
 def _reload_token() -> None:
     """Ray caches its config and the token at import: read them again (Ray's own way)."""
-    try:
-        from ray._raylet import AuthenticationTokenLoader, Config
-
-        Config.initialize("")
-        AuthenticationTokenLoader.instance().reset_cache()
-    except (ImportError, AttributeError):
-        pass
-
-
-def _set_single_machine(on: bool | None) -> bool | None:
-    """Switch Ray's single-machine mode (node address 127.0.0.1) in this process; return
-    the old setting (None: this Ray has no such switch; ``on=None`` changes nothing).
-
-    Ray reads ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` into a constant at import, and sweeps
-    has usually imported Ray by then: the environment variable is for the processes Ray
-    starts, the constant for this one."""
-    try:
-        from ray._private import ray_constants
-    except ImportError:
-        return None
-    clusters = getattr(ray_constants, "ENABLE_RAY_CLUSTER", None)
-    if clusters is None or on is None:
-        return None
-    ray_constants.ENABLE_RAY_CLUSTER = not on
-    return not clusters
+    compat.reload_ray_config()
+    compat.reset_ray_token_cache()
 
 
 @contextmanager
@@ -352,6 +329,7 @@ def ray_running(address: str | None = None, num_cpus: int | None = None,
     127.0.0.1, with a token of its own (see the module's docstring); stop and remove
     what we started."""
     global _CURRENT
+    compat.check_versions()  # before Ray is started: a clear message, not a late failure
     import ray
 
     for key, value in TUNE_ENV.items():
@@ -380,7 +358,7 @@ def ray_running(address: str | None = None, num_cpus: int | None = None,
         env.set(SESSION_VAR, str(session.folder))
         env.set("RAY_TMPDIR", str(session.folder))
         env.set(_SINGLE_MACHINE, "0")
-        was_single = _set_single_machine(True)
+        was_single = compat.set_ray_single_machine(True)
         own_token = _token_for_this_run(session.folder, env)
         ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
                  _temp_dir=str(session.folder / RAY_DIR), **kwargs)
@@ -393,7 +371,7 @@ def ray_running(address: str | None = None, num_cpus: int | None = None,
                 ray.shutdown()
         finally:
             env.restore()
-            _set_single_machine(was_single)
+            compat.set_ray_single_machine(was_single)
             if own_token:
                 _reload_token()
             if session.folder is not None:

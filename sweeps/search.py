@@ -22,6 +22,7 @@ import optuna
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
+from sweeps import compat
 from sweeps.book import TrialBook
 from sweeps.config_paths import get_path
 from sweeps.lr_check import lr_ignored
@@ -100,23 +101,19 @@ class StabilityAwareSearch(OptunaSearch):
 
     @property
     def study(self) -> optuna.Study:
-        return self._ot_study
+        return compat.optuna_search_study(self)
 
     def restore(self, checkpoint_path: str) -> None:
         """Ray Tune's saved searcher, its study re-opened from the journal beside the book
         (the results folder may have moved since the state was saved)."""
         super().restore(checkpoint_path)
-        self._ot_study = optuna.load_study(study_name=self._ot_study.study_name,
-                                           storage=study_storage(self.book.sweep),
-                                           sampler=self._sampler)
-        self._ot_trials = {tid: optuna.Trial(self._ot_study, t._trial_id)
-                           for tid, t in self._ot_trials.items()}
+        compat.reopen_optuna_search(self, study_storage(self.book.sweep))
 
     def suggest(self, trial_id: str) -> dict | str | None:
         """The next config, or FINISHED once the search's share of ``budget.total_steps``
         is spent (the rest is kept for confirmation)."""
         total = self.book.sweep.search_steps
-        if total is not None and trial_id not in self._ot_trials and \
+        if total is not None and trial_id not in compat.optuna_search_trials(self) and \
                 self.book.steps_spent() >= total:
             return Searcher.FINISHED
         if getattr(self, "lr_problem", None):  # the sweep tunes nothing: start no more
@@ -125,23 +122,25 @@ class StabilityAwareSearch(OptunaSearch):
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         """Intermediate values (single objective only) where the metric was reported."""
-        if isinstance(self.metric, list) or trial_id in self._completed_trials or \
+        if isinstance(self.metric, list) or trial_id in compat.optuna_search_completed(self) or \
                 result.get(FINAL):  # a summary repeating the last report
             return
         value, step = result.get(self.metric), result.get("step")
         if isinstance(value, (int, float)) and isinstance(step, int) and value == value:
-            self._ot_trials[trial_id].report(float(value), step)
+            compat.optuna_search_trials(self)[trial_id].report(float(value), step)
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None,
                           error: bool = False) -> None:
-        if trial_id in self._completed_trials or trial_id not in self._ot_trials:
+        completed = compat.optuna_search_completed(self)
+        ot_trials = compat.optuna_search_trials(self)
+        if trial_id in completed or trial_id not in ot_trials:
             return
         rec = self.book.finish(trial_id, result, error)
         if not getattr(self, "lr_problem", None):
             self.lr_problem = lr_ignored(self.book.trials.values())
-        ot_trial = self._ot_trials[trial_id]
-        if self._ot_study._storage.get_trial(ot_trial._trial_id).state.is_finished():
-            self._completed_trials.add(trial_id)  # told before the driver restarted
+        ot_trial, study = ot_trials[trial_id], self.study
+        if _is_finished(study, ot_trial.number):
+            completed.add(trial_id)  # told before the driver restarted
             return
         ot_trial.set_user_attr("ray_trial_id", trial_id)
         ot_trial.set_user_attr("status", rec.status)
@@ -153,11 +152,17 @@ class StabilityAwareSearch(OptunaSearch):
         if rec.diagnosis:
             ot_trial.set_user_attr("diagnosis", rec.diagnosis_text())
         if rec.status == "pruned" and not rec.flagged:
-            self._ot_study.tell(ot_trial, state=optuna.trial.TrialState.PRUNED)
+            study.tell(ot_trial, state=optuna.trial.TrialState.PRUNED)
         else:
             values = self.book.penalised_values(rec, self.objectives)
-            self._ot_study.tell(ot_trial, values if len(values) > 1 else values[0])
-        self._completed_trials.add(trial_id)
+            study.tell(ot_trial, values if len(values) > 1 else values[0])
+        completed.add(trial_id)
+
+
+def _is_finished(study: optuna.Study, number: int) -> bool:
+    """Whether the study's trial ``number`` was told an outcome."""
+    return any(t.number == number and t.state.is_finished()
+               for t in study.get_trials(deepcopy=False))
 
 
 def fail_interrupted(sweep: Sweep) -> int:
@@ -167,8 +172,10 @@ def fail_interrupted(sweep: Sweep) -> int:
         study = optuna.load_study(study_name=sweep.name, storage=storage)
     except KeyError:
         return 0
+    study_id = storage.get_study_id_from_name(sweep.name)
     stale = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
     for trial in stale:
-        study._storage.set_trial_user_attr(trial._trial_id, "status", "interrupted")
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
+        storage.set_trial_user_attr(trial_id, "status", "interrupted")
         study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
     return len(stale)

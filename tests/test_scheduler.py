@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 from ray.tune.schedulers import TrialScheduler
 
+from sweeps import compat
 from sweeps.book import TrialBook
 from sweeps.hang import WatchedASHA
 from sweeps.spec import load_sweep
@@ -35,7 +36,7 @@ def _second_at_first_rung(linreg_dir, monkeypatch, failed_first: bool) -> str:
     if failed_first:
         _unstable(book, "nan", 5)
         asha.on_trial_complete(None, trials["nan"], {"step": 5})
-        rung = next(recorded for milestone, recorded in asha._brackets[0]._rungs
+        rung = next(recorded for milestone, recorded in compat.asha_rungs(asha, "nan")
                     if milestone == 75)
         assert rung == {"nan": -1e300}, "recorded as the worst at the next rung"
     assert asha.on_trial_result(None, trials["good"], {"step": 75, "val_loss": 0.5}) == \

@@ -29,6 +29,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from sweeps.compat import reload_ray_config
+
 MODE_VAR = "RAY_AUTH_MODE"
 TOKEN_VAR = "RAY_AUTH_TOKEN"
 TOKEN_PATH_VAR = "RAY_AUTH_TOKEN_PATH"
@@ -63,7 +65,7 @@ def enable_for_driver(address: str | None) -> bool:
     if not address or "://" in address or os.environ.get(MODE_VAR) or find_token() is None:
         return False
     os.environ[MODE_VAR] = "token"
-    _reload_config()
+    reload_ray_config()
     return True
 
 
@@ -101,18 +103,9 @@ def ray_token_off() -> Iterator[None]:
         yield
         return
     os.environ[MODE_VAR] = "disabled"
-    _reload_config()
+    reload_ray_config()
     try:
         yield
     finally:
         os.environ[MODE_VAR] = before
-        _reload_config()
-
-
-def _reload_config() -> None:
-    try:  # Ray caches its config at import; re-read it as Ray itself does on this switch
-        from ray._raylet import Config
-
-        Config.initialize("")
-    except ImportError:
-        pass
+        reload_ray_config()

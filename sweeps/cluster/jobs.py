@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sweeps.cluster import auth
+from sweeps.compat import PACKAGING_LOGGER, WORKING_DIR_LOGGER
 from sweeps.errors import ClusterNotReady, SpecError
 
 if TYPE_CHECKING:
@@ -32,8 +33,7 @@ TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 #: .venv are not shipped (sweeps excludes them itself)
 _CHATTY = {"ray.dashboard.modules.dashboard_sdk": logging.WARNING,
            "ray.dashboard.modules.job.sdk": logging.WARNING,
-           "ray._private.runtime_env.packaging": logging.WARNING,
-           "ray._private.runtime_env.working_dir": logging.ERROR}
+           PACKAGING_LOGGER: logging.WARNING, WORKING_DIR_LOGGER: logging.ERROR}
 _NO_CLUSTER_FIX = ("start one (cluster/ray/start-local-cluster.sh), open the SSH tunnel to its "
                    "head (ssh -N -L 8265:127.0.0.1:8265 HEAD) or pass --address http://HOST:8265; "
                    "the head's Python needs ray[default] for the Jobs API")

@@ -18,6 +18,7 @@ from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from sweeps.compat import ray_excludes, ray_walk_upload
 from sweeps.errors import SpecError
 
 #: Never shipped as a secret: environment files, private keys, credentials (gitwildmatch, at
@@ -148,8 +149,6 @@ def shipped_files(project: Path, excludes: Sequence[str]) -> list[Path]:
 
     This walks the folder with the very functions Ray packs it with (gitwildmatch
     patterns through ``pathspec``), so the list is what the upload holds."""
-    from ray._private.runtime_env.packaging import _dir_travel, _get_excludes
-
     root = project.absolute()
     found: list[Path] = []
 
@@ -158,17 +157,15 @@ def shipped_files(project: Path, excludes: Sequence[str]) -> list[Path]:
             found.append(path.relative_to(root))
 
     gitignore = os.environ.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1"
-    _dir_travel(root, [_get_excludes(root, list(excludes))], take, include_gitignore=gitignore,
-                logger=logging.getLogger(__name__))  # not Ray's, which says "Ignoring ..."
+    ray_walk_upload(root, excludes, take, include_gitignore=gitignore,
+                    logger=logging.getLogger(__name__))  # not Ray's, which says "Ignoring ..."
     return sorted(found)
 
 
 def left_out_secrets(project: Path, shipped: Sequence[Path]) -> list[Path]:
     """Files in ``project`` that :data:`SECRETS` keeps from the upload (for the dry run)."""
-    from ray._private.runtime_env.packaging import _get_excludes
-
     root = project.absolute()
-    is_secret = _get_excludes(root, SECRETS)
+    is_secret = ray_excludes(root, SECRETS)
     kept = set(shipped)
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
