@@ -182,3 +182,14 @@ def test_importing_compat_imports_neither_ray_nor_optuna():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_driver_stops_before_ray_starts_on_an_untested_ray(monkeypatch):
+    from sweeps.ray_session import ray_running
+
+    monkeypatch.setitem(compat.TESTED, "ray", (">=9.0,<9.1", "pip install ray==9.0.*"))
+    started = []
+    with pytest.raises(compat.UnsupportedVersion, match="not the tested ray>=9.0,<9.1"):
+        with ray_running(num_cpus=2):
+            started.append(True)
+    assert not started
