@@ -9,12 +9,13 @@ from pathlib import Path
 
 import optuna
 import pytest
-import tomllib
 from packaging.requirements import Requirement
 from ray.tune.schedulers import ASHAScheduler
 from ray.tune.search.optuna import OptunaSearch
 
 from sweeps import compat
+
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+; the ranges are the same on 3.10
 
 ROOT = Path(__file__).resolve().parents[2]
 
