@@ -147,37 +147,66 @@ class ProgressLines(Callback):
         scheduler or rule cut short)."""
         now = time.monotonic() if now is None else now
         elapsed = now - self.start
-        training = now - self.first_result if self.first_result is not None else 0.0
-        concurrent = max(1, self.book.sweep.spec.budget.concurrent)
+        rate = self._rate(now)
         if self.stage is not None:  # a confirmation stage: its own full-length runs
-            if training <= 0 or not self.done or self.total is None:
+            if math.isnan(rate) or self.total is None:
                 return elapsed, math.nan
-            return elapsed, training / self.done * max(0, self.total - self.done)
-        spent = self.book.steps_spent()
-        if training <= 0 or self.done < concurrent or not spent:
+            return elapsed, rate * max(0, self.total - self.done)
+        if math.isnan(rate):
             return elapsed, math.nan
+        return elapsed, rate * (self._search_steps_left() + self.book.sweep.confirm_steps)
+
+    def fragile_extra(self, now: float | None = None) -> float:
+        """Seconds one more confirmation round would add (NaN until told; 0 in a stage):
+        when candidates prove fragile the next ones on the list are confirmed in their
+        place, within what is left of ``budget.total_steps``."""
+        if self.stage is not None:
+            return 0.0
+        sweep = self.book.sweep
+        steps = sweep.confirm_round_steps
+        total = sweep.spec.budget.total_steps
+        if total is not None:
+            planned = self.book.steps_spent() + self._search_steps_left() + sweep.confirm_steps
+            steps = max(0, min(steps, total - planned))
+        return self._rate(time.monotonic() if now is None else now) * steps
+
+    def _rate(self, now: float) -> float:
+        """Wall seconds per training step since the first result: per trial in a
+        confirmation stage (its runs are alike), per step in the search (NaN until
+        ``budget.concurrent`` trials finished)."""
+        training = now - self.first_result if self.first_result is not None else 0.0
+        if training <= 0 or not self.done:
+            return math.nan
+        if self.stage is not None:
+            return training / self.done
+        spent = self.book.steps_spent()
+        if self.done < max(1, self.book.sweep.spec.budget.concurrent) or not spent:
+            return math.nan
+        return training / spent
+
+    def _search_steps_left(self) -> float:
         if self.total is None and self.step_budget:
-            search_left = max(0, self.step_budget - spent)
-        else:
-            finished = sum(r.last_step for r in self.book.trials.values()
-                           if r.role == "search" and r.finished)
-            search_left = finished / self.done * max(0, self.total - self.done)
-        return elapsed, training / spent * (search_left + self.book.sweep.confirm_steps)
+            return max(0, self.step_budget - self.book.steps_spent())
+        finished = sum(r.last_step for r in self.book.trials.values()
+                       if r.role == "search" and r.finished)
+        return finished / self.done * max(0, (self.total or 0) - self.done)
 
     def tally(self) -> str:
-        elapsed, left = self.eta()
+        elapsed, _ = self.eta()
         counts = ", ".join(f"{k} {n}" for k, n in sorted(self.counts.items()))
         best = f" | best {self.best[1]}" if self.best else ""
-        eta = "?" if math.isnan(left) else f"~{left:.0f}s"
-        return f"{counts}{best} | {self._time_text(elapsed, eta)}"
+        return f"{counts}{best} | {self._time_text()}"
 
-    def _time_text(self, elapsed: float, eta: str) -> str:
+    def _time_text(self, now: float | None = None) -> str:
+        elapsed, left = self.eta(now)
+        eta = "?" if math.isnan(left) else f"~{left:.0f}s"
         if self.stage is not None:
             return f"{self.stage}: elapsed {elapsed:.0f}s, {eta} left in this stage"
-        return f"elapsed {elapsed:.0f}s, {eta} left with confirmation"
+        extra = self.fragile_extra(now)
+        more = f" (+~{extra:.0f}s if candidates prove fragile)" if extra >= 1 else ""
+        return f"elapsed {elapsed:.0f}s, {eta} left with confirmation{more}"
 
     def panel(self) -> Table:
-        elapsed, left = self.eta()
         table = Table(title=f"sweep {self.book.sweep.name}", show_header=False, box=None)
         table.add_column(style="bold")
         table.add_column()
@@ -189,6 +218,5 @@ class ProgressLines(Callback):
         table.add_row("failed", ", ".join(f"{k} {n}" for k, n in sorted(failed.items()))
                       or "-")
         table.add_row("best so far", self.best[1] if self.best else "-")
-        eta = "?" if math.isnan(left) else f"~{left:.0f}s"
-        table.add_row("time", self._time_text(elapsed, eta))
+        table.add_row("time", self._time_text())
         return table

@@ -250,10 +250,17 @@ class Sweep:
     def confirm_steps(self) -> int:
         """Training steps a step budget keeps back for confirmation: ``confirm.keep``
         candidates on every fresh seed and the LR probe, and the base config's runs."""
-        conf, budget = self.spec.confirm, self.spec.budget
-        per = conf.seeds + (1 if conf.lr_probe > 0 and "lr" in self.space else 0)
+        conf = self.spec.confirm
         base = (conf.seeds + 1) if conf.base and conf.seeds else 0
-        return (conf.keep * per + base) * budget.max_steps
+        return self.confirm_round_steps + base * self.spec.budget.max_steps
+
+    @property
+    def confirm_round_steps(self) -> int:
+        """Training steps of one confirmation round: ``confirm.keep`` candidates, each on
+        every fresh seed and at LR × probe (what a round costs when all of them hold)."""
+        conf = self.spec.confirm
+        per = conf.seeds + (1 if conf.lr_probe > 0 and "lr" in self.space else 0)
+        return conf.keep * per * self.spec.budget.max_steps
 
     @property
     def search_steps(self) -> int | None:

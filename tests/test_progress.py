@@ -97,6 +97,27 @@ def test_time_left_ignores_start_up_and_counts_confirmation(linreg_dir, monkeypa
     assert book.sweep.confirm_steps == 8 * 60
     elapsed, left = progress.eta(now=40.0)
     assert elapsed == 40.0 and left == 0.25 * (8 * 20 + 8 * 60)
+    # fragile candidates cost one more round: 3 candidates x (1 seed + 1 probe) x 60 steps
+    assert progress.fragile_extra(now=40.0) == 0.25 * 3 * 2 * 60
+    assert progress._time_text(now=40.0).endswith(
+        "~160s left with confirmation (+~90s if candidates prove fragile)")
+
+
+def test_a_step_budget_bounds_the_extra_confirmation_round(linreg_dir, monkeypatch):
+    """With ``budget.total_steps`` a later confirmation round only takes what is left of
+    it: a budget the search and the first round spend leaves no extra time to tell."""
+    monkeypatch.chdir(linreg_dir)
+    edit_linreg(linreg_dir, budget={"total_steps": 1000})
+    data = yaml.safe_load((linreg_dir / "linreg.yaml").read_text())
+    del data["budget"]["trials"]
+    (linreg_dir / "linreg.yaml").write_text(yaml.safe_dump(data))
+    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml"))
+    progress = ProgressLines(book, None, console=Console(file=io.StringIO(), width=200))
+    progress.start, progress.first_result = 0.0, 30.0
+    _feed(progress, book, _trial("a", 0.1, 20, 0.5))
+    _feed(progress, book, _trial("b", 0.05, 20, 0.4))
+    assert progress.fragile_extra(now=40.0) == 0.0
+    assert "prove fragile" not in progress._time_text(now=40.0)
 
 
 def test_a_confirmation_stage_tells_its_own_time_left(linreg_dir, monkeypatch):
