@@ -74,8 +74,9 @@ def sweep_dict(trainer: str, mode: str, cache_root: str, events: int, steps: int
 def child(args: argparse.Namespace) -> None:
     """Run ``--trials`` (dropout:seed pairs) one after another in this process; print JSON."""
     sys.path.insert(0, str(ROOT))
+    from sweeps.protocol import SEED_KEY
     from sweeps.spec import load_sweep_dict
-    from sweeps.trainable import SEED_KEY, prepare_process, run_trainer
+    from sweeps.trainable import prepare_process, run_trainer
 
     sweep = load_sweep_dict(sweep_dict(args.trainer, args.mode, args.cache, args.events,
                                        args.steps), base_dir=ROOT)

@@ -57,9 +57,9 @@ def sweep_dict(mode: str, packing: int, cpus: float, events: int, steps: int,
 def run_cell(mode: str, packing: int, args: argparse.Namespace) -> dict:
     """One cell: its trials on Ray, timed; trials per GPU-hour and per-trial figures."""
     from sweeps.book import close_books, open_book
+    from sweeps.protocol import SEED_KEY
     from sweeps.runner import run_configs
     from sweeps.spec import load_sweep_dict
-    from sweeps.trainable import SEED_KEY
 
     cpus = max(0.25, args.cpus / packing)
     output = Path(tempfile.mkdtemp(prefix="gpu-bench-", dir=SCRATCH))  # a cold cache per cell

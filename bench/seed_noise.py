@@ -28,7 +28,8 @@ from common import save, table  # noqa: E402
 def retrain(sweep, values: dict[str, Any], seeds: list[int]) -> list[tuple[float | None, str]]:
     """(quality, verdict) of ``values`` on each seed, judged by the sweep's rules."""
     from sweeps import objectives
-    from sweeps.trainable import SEED_KEY, prepare_process, run_trainer
+    from sweeps.protocol import SEED_KEY
+    from sweeps.trainable import prepare_process, run_trainer
 
     prepare_process(sweep, int(sweep.spec.resources.cpu))
     metric = sweep.objectives[0].metric

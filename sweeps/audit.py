@@ -36,6 +36,7 @@ from sweeps import state_seal
 from sweeps.atomic import replace_dir, write_text
 from sweeps.errors import SpecError
 from sweeps.objectives import metric_value, quality_gap, series
+from sweeps.protocol import CRASH, OK, PRUNED, SEARCH, UNSTABLE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,7 +49,6 @@ OUTCOMES = ("recovered", "poor", "failed")
 #: The ``reason`` an ASHA-stopped (pruned) trial without a diagnosis is audited under: the
 #: scheduler's cut for trailing quality, not a verdict of the rules (so it has no precision).
 #: A pruned trial the rules diagnosed is audited under ``pruned · <rule>``, a verdict.
-PRUNED = "pruned"
 #: Metrics whose non-finite value makes a re-run ``failed`` (not ``grad_norm``: fp16 AMP
 #: skips steps with overflowing gradients on purpose).
 FINITE_KEYS = ("loss", "val_loss")
@@ -65,7 +65,7 @@ class Rerun:
     values: dict[str, Any]
     seed: int
     history: list[dict[str, Any]] = field(default_factory=list)
-    status: str = "ok"                  # ok | crash
+    status: str = OK                  # ok | crash
     verdict_reason: str = ""            # the first verdict the rules gave in the re-run
     verdict_step: int | None = None
     error: str = ""                     # a crash's traceback
@@ -113,7 +113,7 @@ def read_trials(folder: Path) -> pd.DataFrame:
     if missing:
         raise SpecError("DIR/trials.csv", f"{folder / 'trials.csv'} has no column "
                         f"{', '.join(missing)}", "give the results folder of a finished sweep")
-    for col, default in (("role", "search"), ("reason", ""), ("status", "")):
+    for col, default in (("role", SEARCH), ("reason", ""), ("status", "")):
         frame[col] = frame[col].fillna(default).astype(str) if col in frame else default
     return frame
 
@@ -121,10 +121,10 @@ def read_trials(folder: Path) -> pd.DataFrame:
 def stopped_trials(trials: pd.DataFrame, pruned: bool = False) -> pd.DataFrame:
     """The search trials a rule stopped (and, with ``pruned``, those ASHA stopped), with
     ``reason`` set to :data:`PRUNED` for the latter; in trials.csv order."""
-    statuses = ("unstable", "pruned") if pruned else ("unstable",)
-    out = trials[(trials["role"] == "search") & trials["status"].isin(statuses)].copy()
+    statuses = (UNSTABLE, PRUNED) if pruned else (UNSTABLE,)
+    out = trials[(trials["role"] == SEARCH) & trials["status"].isin(statuses)].copy()
     diagnoses = out["diagnosis"] if "diagnosis" in out else [""] * len(out)
-    out["reason"] = [_pruned_reason(d) if s == "pruned" else (r or "unstable")
+    out["reason"] = [_pruned_reason(d) if s == PRUNED else (r or UNSTABLE)
                      for s, r, d in zip(out["status"], out["reason"], diagnoses, strict=True)]
     return out
 
@@ -220,15 +220,15 @@ def rerun(sweep: Sweep, trainer: Callable, run: Rerun, steps: int) -> Rerun:
         with process_exit_raises():
             trainer(config, reporter)
     except TrialStopped as stop:  # only a bad metric stops an observed run
-        run.status, run.why = "crash", stop.verdict.summary()
+        run.status, run.why = CRASH, stop.verdict.summary()
     except (SystemExit, TrainerExit) as exc:
-        run.status, run.why = "crash", exit_verdict(exc, 0).summary()
+        run.status, run.why = CRASH, exit_verdict(exc, 0).summary()
     except Exception as exc:  # noqa: BLE001 - a trainer error is this re-run's outcome
-        run.status, run.error = "crash", format_exception(exc)
+        run.status, run.error = CRASH, format_exception(exc)
         last = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ""
         run.why = f"{classify(exc)}: {type(exc).__name__}: {last}"
-    if not reporter.history and run.status == "ok":
-        run.status, run.why = "crash", "crash: the trainer returned without calling report"
+    if not reporter.history and run.status == OK:
+        run.status, run.why = CRASH, "crash: the trainer returned without calling report"
     run.history = reporter.history
     if reporter.verdict is not None:
         run.verdict_reason, run.verdict_step = reporter.verdict.reason, reporter.verdict.step
@@ -246,7 +246,7 @@ def judge(run: Rerun, metric: str, mode: str, best: float | None,
     run.gap = None
     if best is not None and run.quality is not None and math.isfinite(run.quality):
         run.gap = quality_gap(run.quality, best, mode, baseline)
-    if run.status == "crash":
+    if run.status == CRASH:
         run.outcome, run.why = "failed", run.why or "crash"
         return run
     for key in dict.fromkeys((*FINITE_KEYS, metric)):
@@ -514,7 +514,7 @@ def _reference(trials: pd.DataFrame, metric: str, mode: str) -> tuple[float | No
     import pandas as pd
 
     col = f"objective_{metric}"
-    ok = trials[(trials["role"] == "search") & (trials["status"] == "ok")]
+    ok = trials[(trials["role"] == SEARCH) & (trials["status"] == OK)]
     if col not in ok or not len(ok):
         return None, ""
     values = pd.to_numeric(ok[col], errors="coerce")

@@ -20,27 +20,31 @@ from ray.tune import Callback, Stopper
 from sweeps import objectives, rules
 from sweeps.compile import eager_fallback
 from sweeps.journal import Journal, JournalDamaged
-from sweeps.reporter import (
-    COMPILE,
-    EVIDENCE,
-    FINAL,
-    GPU_PEAK,
-    REASON,
-    STATUS,
-    STOP_STEP,
-    TRACEBACK,
-    WARNING,
+from sweeps.protocol import (
+    COMPILE_KEY,
+    CRASH,
+    EVIDENCE_KEY,
+    FAILED,
+    FINAL_KEY,
+    GPU_PEAK_KEY,
+    LR_SCALE_KEY,
+    OK,
+    PRUNED,
+    REASON_KEY,
+    RESULT_PREFIX,
+    ROLE_KEY,
+    RUNNING,
+    SEARCH,
+    SEED_KEY,
+    STATUS_KEY,
+    STOP_STEP_KEY,
+    TRACEBACK_KEY,
+    UNSTABLE,
+    WARNING_KEY,
 )
 from sweeps.rules.verdict import Verdict
 from sweeps.spec import Objective, Sweep
-from sweeps.trainable import (
-    LR_SCALE_KEY,
-    ROLE_KEY,
-    SEED_KEY,
-    flat_config,
-    trial_settings,
-    trial_values,
-)
+from sweeps.trainable import flat_config, trial_settings, trial_values
 from sweeps.worker_logs import worker_log_path
 
 #: Keys Ray Tune adds to results; they are not the trainer's metrics.
@@ -59,10 +63,10 @@ class TrialRecord:
     trial_id: str
     values: dict[str, Any]
     seed: int
-    role: str = "search"
+    role: str = SEARCH
     lr_scale: float = 1.0
     history: list[dict[str, Any]] = field(default_factory=list)
-    status: str = "running"
+    status: str = RUNNING
     reason: str | None = None
     stop_step: int | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
@@ -85,7 +89,7 @@ class TrialRecord:
 
     @property
     def failed(self) -> bool:
-        return self.status in ("unstable", "crash")
+        return self.status in FAILED
 
     @property
     def flagged(self) -> bool:
@@ -96,7 +100,7 @@ class TrialRecord:
     def compile_fallback(self) -> str | None:
         """Why a trial labelled compiled ran eagerly (its step time is no compiled speed),
         or None: eager by label, ran compiled, crashed, or no evidence came back."""
-        if self.compile is None or self.status == "crash":
+        if self.compile is None or self.status == CRASH:
             return None
         return eager_fallback(self.values.get("compile"), self.compile)
 
@@ -196,7 +200,7 @@ class TrialBook:
             config = flat_config(dict(config or {}))
             rec = TrialRecord(trial_id=trial_id, values=trial_values(self.sweep, config),
                               seed=int(config.get(SEED_KEY, self.sweep.spec.seed)),
-                              role=str(config.get(ROLE_KEY, "search")),
+                              role=str(config.get(ROLE_KEY, SEARCH)),
                               lr_scale=float(config.get(LR_SCALE_KEY) or 1.0))
             self.trials[trial_id] = rec
             self.journal.write(trial_id, "trial", {"values": rec.values, "seed": rec.seed,
@@ -213,38 +217,38 @@ class TrialBook:
     def record(self, trial_id: str, result: Mapping[str, Any]) -> TrialRecord:
         """Take one result; judge it with the rules unless the trial already judged itself."""
         rec = self._get(trial_id, result.get("config"))
-        if result.get(COMPILE) and not rec.finished:
-            rec.compile = _compile_evidence(result[COMPILE])
-        if isinstance(result.get(GPU_PEAK), (int, float)) and not rec.finished:
-            rec.gpu_peak_mb = max(float(result[GPU_PEAK]), rec.gpu_peak_mb or 0.0)
+        if result.get(COMPILE_KEY) and not rec.finished:
+            rec.compile = _compile_evidence(result[COMPILE_KEY])
+        if isinstance(result.get(GPU_PEAK_KEY), (int, float)) and not rec.finished:
+            rec.gpu_peak_mb = max(float(result[GPU_PEAK_KEY]), rec.gpu_peak_mb or 0.0)
         if rec.finished or rec.failed:
             return rec
         metrics = {k: v for k, v in result.items()
-                   if k not in _TUNE_KEYS and not k.startswith("sweeps/")}
+                   if k not in _TUNE_KEYS and not k.startswith(RESULT_PREFIX)}
         rec.last_seen = time.monotonic()
-        status = result.get(STATUS, "running")
-        if result.get(WARNING) and not result.get(FINAL):
-            rec.warnings.append(str(result[WARNING]))
-        if not result.get(FINAL):
+        status = result.get(STATUS_KEY, RUNNING)
+        if result.get(WARNING_KEY) and not result.get(FINAL_KEY):
+            rec.warnings.append(str(result[WARNING_KEY]))
+        if not result.get(FINAL_KEY):
             _append(rec.history, metrics)
             self.journal.write(trial_id, "metrics", metrics)
-        if status in ("unstable", "crash"):
-            evidence = result.get(EVIDENCE) or "{}"
+        if status in FAILED:
+            evidence = result.get(EVIDENCE_KEY) or "{}"
             try:
                 evidence = json.loads(evidence) if isinstance(evidence, str) else dict(evidence)
             except (ValueError, TypeError):
                 evidence = {"raw": str(evidence)}
-            rec.set_failure(status, Verdict(result.get(REASON) or "crash",
-                                            int(result.get(STOP_STEP) or 0), evidence))
-            rec.error = result.get(TRACEBACK)
+            rec.set_failure(status, Verdict(result.get(REASON_KEY) or "crash",
+                                            int(result.get(STOP_STEP_KEY) or 0), evidence))
+            rec.error = result.get(TRACEBACK_KEY)
             self._save_outcome(rec)
-        elif status == "ok":
-            rec.status = "ok"
+        elif status == OK:
+            rec.status = OK
             self._save_outcome(rec)
         else:
             verdict = rules.evaluate(rec.history, trial_settings(self.sweep, rec.values))
             if verdict is not None:
-                rec.set_failure("unstable", verdict)
+                rec.set_failure(UNSTABLE, verdict)
                 self._save_outcome(rec)
         return rec
 
@@ -273,7 +277,7 @@ class TrialBook:
         """The trial went ``silent_s`` seconds without reporting: stop it as ``hung``."""
         rec = self._get(trial_id, config)
         if not rec.failed and not rec.finished:
-            rec.set_failure("crash", Verdict("hung", rec.last_step, {
+            rec.set_failure(CRASH, Verdict("hung", rec.last_step, {
                 "silent_s": round(silent_s, 1), "timeout_s": timeout}))
             self._save_outcome(rec)
         return rec
@@ -283,14 +287,14 @@ class TrialBook:
         rec = self._get(trial_id, (result or {}).get("config"))
         if rec.finished:
             return rec
-        if result and not rec.finished and result.get(FINAL) and not rec.failed:
+        if result and not rec.finished and result.get(FINAL_KEY) and not rec.failed:
             self.record(trial_id, result)
-        if rec.status == "running":
+        if rec.status == RUNNING:
             if error:
-                rec.set_failure("crash", Verdict("crash", rec.last_step, dict(
+                rec.set_failure(CRASH, Verdict("crash", rec.last_step, dict(
                     self._worker_errors.get(trial_id) or {"error": WORKER_FAILED})))
             else:
-                rec.status = "pruned"
+                rec.status = PRUNED
                 verdict = rules.diagnose(rec.history, trial_settings(self.sweep, rec.values))
                 rec.diagnosis = verdict.to_dict() if verdict is not None else None
         rec.finished = True
@@ -298,7 +302,7 @@ class TrialBook:
         self.journal.close(trial_id)
         return rec
 
-    def steps_spent(self, role: str = "search") -> int:
+    def steps_spent(self, role: str = SEARCH) -> int:
         """Training steps the trials of ``role`` have run so far (each its last step)."""
         return sum(rec.last_step for rec in self.trials.values() if rec.role == role)
 
@@ -323,7 +327,7 @@ class TrialBook:
         return out
 
     def _worst(self, obj: Objective, index: int, own: float | None) -> float:
-        seen = [v for r in self.trials.values() if r.status == "ok"
+        seen = [v for r in self.trials.values() if r.status == OK
                 for v in [objectives.metric_value(r.history, obj.metric)] if v is not None]
         if own is not None:
             seen.append(own)
@@ -341,7 +345,7 @@ def _load_event(trial_id: str, rec: TrialRecord | None, kind: str,
     if kind == "trial":
         rec = TrialRecord(trial_id=trial_id, values=dict(payload.get("values") or {}),
                           seed=int(payload.get("seed", 0)),
-                          role=str(payload.get("role", "search")),
+                          role=str(payload.get("role", SEARCH)),
                           lr_scale=float(payload.get("lr_scale", 1.0)))
     elif rec is not None and kind == "metrics":
         _append(rec.history, payload)

@@ -19,6 +19,7 @@ from sweeps.audit import add_commands as add_audit_commands
 from sweeps.cluster.jobs import add_commands as add_cluster_commands
 from sweeps.cluster.slurm import add_commands as add_slurm_commands
 from sweeps.errors import ClusterNotReady, PreflightFailed, SpecError
+from sweeps.protocol import CRASH, OK, SEARCH, objective_column
 
 console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -91,8 +92,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def all_crashed(trials, folder: Path) -> int:
     """1, with the first traceback's path, when every search trial crashed (the trainer
     raised: an error to fix, not a result); else 0."""
-    search = trials[trials["role"] == "search"] if len(trials) else trials
-    if not len(search) or not (search["status"] == "crash").all():
+    search = trials[trials["role"] == SEARCH] if len(trials) else trials
+    if not len(search) or not (search["status"] == CRASH).all():
         return 0
     first = search.iloc[0]
     path = folder / "trials" / f"{first['trial_id']}.error.txt"
@@ -264,8 +265,8 @@ def print_top_trials(outcome) -> None:
 
     sweep, trials = outcome.sweep, outcome.trials
     first = sweep.objectives[0]
-    col = f"objective_{first.metric}"
-    ok = trials[(trials["role"] == "search") & (trials["status"] == "ok")]
+    col = objective_column(first.metric)
+    ok = trials[(trials["role"] == SEARCH) & (trials["status"] == OK)]
     if col in ok:
         ok = ok.sort_values(col, ascending=first.mode == "min")
     console.print(f"top search trials by {first.metric} ({len(ok)} ok; every trial is in "
@@ -281,7 +282,7 @@ def print_top_trials(outcome) -> None:
 def print_trials_table(outcome) -> None:
     sweep, trials = outcome.sweep, outcome.trials
     table = Table(title=f"Trials of sweep '{sweep.name}'")
-    objs = [f"objective_{o.metric}" for o in sweep.objectives]
+    objs = [objective_column(o.metric) for o in sweep.objectives]
     for col in ["trial", "role", "status", "reason @ step", *sweep.space, *[
             o.metric for o in sweep.objectives]]:
         table.add_column(col)
@@ -294,7 +295,7 @@ def print_trials_table(outcome) -> None:
 
 def print_counts_and_selection(outcome) -> None:
     sweep, trials = outcome.sweep, outcome.trials
-    search = trials[trials["role"] == "search"]
+    search = trials[trials["role"] == SEARCH]
     counts = search["status"].value_counts().to_dict()
     console.print("search: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     reasons = search[search["reason"] != ""]["reason"].value_counts().to_dict()

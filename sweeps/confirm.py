@@ -42,11 +42,19 @@ from typing import Any
 
 from sweeps import objectives
 from sweeps.book import TrialBook, TrialRecord
+from sweeps.protocol import BASE as BASE_ROLE
+from sweeps.protocol import (
+    LR_SCALE_KEY,
+    OK,
+    PRUNED,
+    ROLE_KEY,
+    SEARCH,
+    SEED_KEY,
+    confirm_role,
+    probe_role,
+)
 from sweeps.spec import Objective, Sweep
-from sweeps.trainable import LR_SCALE_KEY, ROLE_KEY, SEED_KEY
 
-#: Role of the base config's reference runs.
-BASE_ROLE = "base"
 #: Verdicts under which a candidate is handed over.
 HOLDS = ("confirmed", "unconfirmed")
 
@@ -63,7 +71,7 @@ class SeedRun:
 
     @classmethod
     def of(cls, rec: TrialRecord, metric: str) -> SeedRun:
-        step = rec.last_step if rec.status == "pruned" else rec.stop_step  # where it was cut
+        step = rec.last_step if rec.status == PRUNED else rec.stop_step  # where it was cut
         return cls(rec.seed, rec.status, rec.reason, step,
                    objectives.metric_value(rec.history, metric))
 
@@ -101,11 +109,11 @@ class Confirmation:
 
     @property
     def seeds_passed(self) -> int:
-        return sum(r.status == "ok" for r in self.runs)
+        return sum(r.status == OK for r in self.runs)
 
     @property
     def seed_reasons(self) -> list[str]:
-        return [f"seed {r.seed}: {r.failure()}" for r in self.runs if r.status != "ok"]
+        return [f"seed {r.seed}: {r.failure()}" for r in self.runs if r.status != OK]
 
     @property
     def probe_status(self) -> str | None:
@@ -122,7 +130,7 @@ class Confirmation:
 
     def _values(self, fresh_only: bool) -> list[float]:
         runs = self.runs if fresh_only and self.runs else [self.search, *self.runs]
-        return [r.quality for r in runs if r.status == "ok" and r.quality is not None
+        return [r.quality for r in runs if r.status == OK and r.quality is not None
                 and math.isfinite(r.quality)]
 
     @property
@@ -169,7 +177,7 @@ class Confirmation:
         failed = self.seed_reasons
         if failed:
             return "fragile", "unstable on a fresh seed: " + "; ".join(failed) + cut
-        if self.probe is not None and self.probe.status != "ok":
+        if self.probe is not None and self.probe.status != OK:
             return "fragile", f"LR probe unstable: {self.probe.failure()}"
         spread = self.spread
         if spread is not None and spread > self.tolerance:
@@ -241,13 +249,13 @@ class BaseReference:
     @property
     def mean(self) -> float | None:
         """Mean over the fresh seeds where they ran stable (else every stable seed)."""
-        ok = [r for r in self.runs if r.status == "ok" and r.quality is not None]
+        ok = [r for r in self.runs if r.status == OK and r.quality is not None]
         fresh = [r.quality for r in ok[1:]] or [r.quality for r in ok]
         return statistics.fmean(fresh) if fresh else None
 
     @property
     def failures(self) -> list[str]:
-        return [f"seed {r.seed}: {r.failure()}" for r in self.runs if r.status != "ok"]
+        return [f"seed {r.seed}: {r.failure()}" for r in self.runs if r.status != OK]
 
 
 @dataclass
@@ -304,11 +312,11 @@ def plan(sweep: Sweep, batch: list[TrialRecord], stage: str = "all") -> list[dic
     runs: list[dict[str, Any]] = []
     for rec in batch:
         for seed in seeds:
-            runs.append({**rec.values, SEED_KEY: seed, ROLE_KEY: f"confirm:{rec.trial_id}"})
+            runs.append({**rec.values, SEED_KEY: seed, ROLE_KEY: confirm_role(rec.trial_id)})
         if stage != "screen" and probes(sweep, rec.values):
             runs.append({**rec.values, SEED_KEY: rec.seed,
                          LR_SCALE_KEY: sweep.spec.confirm.lr_probe,
-                         ROLE_KEY: f"probe:{rec.trial_id}"})
+                         ROLE_KEY: probe_role(rec.trial_id)})
     for run in runs:  # the probe scales lr inside the trial; keep the member's own value here
         run.setdefault(LR_SCALE_KEY, None)
     return runs
@@ -335,9 +343,9 @@ def judge(sweep: Sweep, book: TrialBook, rec: TrialRecord, on_front: bool) -> Co
                         probe_planned=probes(sweep, rec.values), on_front=on_front,
                         baseline=sweep.quality_baseline)
     for run in book.trials.values():
-        if run.role == f"confirm:{rec.trial_id}" and run.finished:
+        if run.role == confirm_role(rec.trial_id) and run.finished:
             conf.runs.append(SeedRun.of(run, quality.metric))
-        elif run.role == f"probe:{rec.trial_id}" and run.finished:
+        elif run.role == probe_role(rec.trial_id) and run.finished:
             conf.probe = SeedRun.of(run, quality.metric)
             conf.lr_sensitivity = _sensitivity(rec, run, quality.metric)
     conf.runs.sort(key=lambda r: r.seed)
@@ -443,9 +451,9 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
         first = False
     _holding(judged)
     holding = sorted((c for c in judged if c.holds), key=Confirmation.rank_key)
-    steps = {"search": book.steps_spent("search")}
+    steps = {"search": book.steps_spent(SEARCH)}
     steps["confirmation"] = sum(r.last_step for r in book.trials.values()
-                                if r.role != "search" and r.role != BASE_ROLE)
+                                if r.role not in (SEARCH, BASE_ROLE))
     steps["base"] = book.steps_spent(BASE_ROLE)
     return Selection(holding + [c for c in judged if not c.holds],
                      base_reference(sweep, book), steps, notes)
@@ -453,7 +461,7 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
 
 def _sensitivity(member: TrialRecord, probe: TrialRecord, metric: str) -> float:
     """Relative change of quality at LR × probe; infinite when the probe went unstable."""
-    if probe.status != "ok":
+    if probe.status != OK:
         return math.inf
     base = objectives.metric_value(member.history, metric)
     new = objectives.metric_value(probe.history, metric)

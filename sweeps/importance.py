@@ -20,9 +20,10 @@ import pandas as pd
 from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
 from optuna.trial import FrozenTrial, TrialState
 
+from sweeps.protocol import OK, STABILITY_CONSTRAINT
 from sweeps.state_check import STUDY_FILE
 
-CONSTRAINT = "stability"  # sweeps.search.CONSTRAINT
+CONSTRAINT = STABILITY_CONSTRAINT
 EVALUATOR = "PED-ANOVA"
 WHY = ("Optuna's default importance evaluator (optuna.importance.PedAnovaImportanceEvaluator): "
        "it needs no scikit-learn (fANOVA does), takes milliseconds where fANOVA's random "
@@ -83,7 +84,7 @@ def _rank(trials: list[FrozenTrial], values: list[float], top: int,
 def quality(study: optuna.Study, metric: str) -> dict[str, Any]:
     """Importance for the first objective over the trials that finished ok."""
     done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if t.user_attrs.get("status") == "ok" and t.values
+            if t.user_attrs.get("status") == OK and t.values
             and math.isfinite(t.values[0])]
     out: dict[str, Any] = {"metric": metric, "trials": len(done), "importances": {}, "note": ""}
     if len(done) < MIN_TRIALS:

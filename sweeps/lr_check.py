@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 from sweeps import objectives
 from sweeps.book import TrialRecord
+from sweeps.protocol import SEARCH
 
 #: Sampled LRs must span at least this factor before the check can tell.
 MIN_SPAN = 10.0
@@ -27,7 +28,7 @@ def peaks(records: Iterable[TrialRecord]) -> list[tuple[float, float]]:
     for rec in records:
         sampled = rec.values.get("lr")
         reported = objectives.series(rec.history, "lr")
-        if rec.role != "search" or not rec.finished or not reported or \
+        if rec.role != SEARCH or not rec.finished or not reported or \
                 not isinstance(sampled, (int, float)) or sampled <= 0 or max(reported) <= 0:
             continue
         out.append((float(sampled) * rec.lr_scale, max(reported)))

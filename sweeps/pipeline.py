@@ -18,6 +18,7 @@ from sweeps.atomic import write_text
 from sweeps.book import TrialBook, TrialRecord, close_books, open_book, run_here
 from sweeps.errors import PreflightFailed, SpecError
 from sweeps.lr_check import lr_ignored
+from sweeps.protocol import SEARCH
 from sweeps.ray_session import ray_running
 from sweeps.report import SELECTION_NOTES, write_report
 from sweeps.results import (
@@ -187,7 +188,7 @@ def _execute(sweep: Sweep, *, address: str | None, progress: bool, tracking_uri:
                                 "lr=...` shows the LR it reports)")
             if resume:
                 fail_interrupted(sweep)
-            search = [r for r in book.trials.values() if r.role == "search"]
+            search = [r for r in book.trials.values() if r.role == SEARCH]
             front = pareto_front(book, search, sweep.objectives)
             ordered = candidates(book, search, front, sweep.objectives,
                                  pruned=sweep.spec.confirm.seeds > 0)

@@ -16,6 +16,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from sweeps.protocol import FAILED, PRUNED, objective_column
+
 STATUS_COLOURS = {"ok": "#2ca02c", "unstable": "#e76f51", "crash": "#6d597a",
                   "pruned": "#b0b0b0"}
 STATUS_MARKERS = {"ok": "o", "unstable": "X", "crash": "s", "pruned": "o"}
@@ -75,7 +77,7 @@ def _scatter_by_status(ax: Axes, frame: pd.DataFrame, x: str, y: str) -> None:
         part = frame[frame["status"] == status]
         if len(part):
             ax.scatter(part[x], part[y], c=colour, marker=STATUS_MARKERS[status],
-                       s=22 if status == "pruned" else 36, alpha=0.9, zorder=2,
+                       s=22 if status == PRUNED else 36, alpha=0.9, zorder=2,
                        label=f"{status} ({len(part)})")
 
 
@@ -110,7 +112,7 @@ def pareto_plot(search: pd.DataFrame, pareto: pd.DataFrame, objectives: Sequence
     """Quality vs the second objective (and vs step_time), front ringed; None if no data."""
     if not objectives:
         return None
-    quality = f"objective_{objectives[0]}"
+    quality = objective_column(objectives[0])
     seconds = [o for o in objectives[1:2]] or (["instability"] if "instability" in search
                                                else [])
     if "step_time" in objectives[2:]:
@@ -130,7 +132,7 @@ def pareto_plot(search: pd.DataFrame, pareto: pd.DataFrame, objectives: Sequence
     for ax, (other, col) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels,
                                 strict=True):
         part = frame[frame[quality].notna() & frame[col].notna()]
-        failed = part["status"].isin(("unstable", "crash"))
+        failed = part["status"].isin(FAILED)
         shown = part[~failed] if (~failed).any() else part
         _scatter_by_status(ax, shown, quality, col)
         front = part[part["trial_id"].isin(ranks)].assign(

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from sweeps import objectives
 from sweeps.book import TrialBook, TrialRecord
+from sweeps.protocol import CRASH, FINISHED_OK, OK, SEARCH
 
 
 class ProgressLines(Callback):
@@ -103,7 +104,7 @@ class ProgressLines(Callback):
             self.console.print(f"    {self.tally()}", style="dim")
 
     def _update_best(self, rec: TrialRecord) -> None:
-        if rec.status != "ok" or not self.book.sweep.objectives:
+        if rec.status != OK or not self.book.sweep.objectives:
             return
         first = self.book.sweep.objectives[0]
         value = objectives.metric_value(rec.history, first.metric)
@@ -119,7 +120,7 @@ class ProgressLines(Callback):
         what = rec.status if not rec.reason else f"{rec.status} ({rec.reason} @ {rec.stop_step})"
         if rec.diagnosis:
             what += f" · {rec.diagnosis_text()}"
-        if rec.status == "crash" and rec.evidence.get("error"):
+        if rec.status == CRASH and rec.evidence.get("error"):
             what += f": {str(rec.evidence['error'])[:160]}"
         if rec.compile_fallback:
             what += f" · RAN EAGERLY: {rec.compile_fallback[:120]}"
@@ -188,7 +189,7 @@ class ProgressLines(Callback):
         if self.total is None and self.step_budget:
             return max(0, self.step_budget - self.book.steps_spent())
         finished = sum(r.last_step for r in self.book.trials.values()
-                       if r.role == "search" and r.finished)
+                       if r.role == SEARCH and r.finished)
         return finished / self.done * max(0, (self.total or 0) - self.done)
 
     def tally(self) -> str:
@@ -211,10 +212,10 @@ class ProgressLines(Callback):
         table.add_column(style="bold")
         table.add_column()
         table.add_row("trials", f"{self.count()}, {self.running} running")
-        by_status = {k: n for k, n in self.counts.items() if k in ("ok", "pruned")}
+        by_status = {k: n for k, n in self.counts.items() if k in FINISHED_OK}
         table.add_row("finished", ", ".join(f"{k} {n}" for k, n in sorted(by_status.items()))
                       or "-")
-        failed = {k: n for k, n in self.counts.items() if k not in ("ok", "pruned")}
+        failed = {k: n for k, n in self.counts.items() if k not in FINISHED_OK}
         table.add_row("failed", ", ".join(f"{k} {n}" for k, n in sorted(failed.items()))
                       or "-")
         table.add_row("best so far", self.best[1] if self.best else "-")

@@ -17,12 +17,23 @@ import yaml
 from sweeps import plots
 from sweeps.atomic import write_text
 from sweeps.importance import importance
+from sweeps.protocol import (
+    FAILED,
+    OBJECTIVE_PREFIX,
+    OK,
+    PRUNED,
+    PRUNED_LABEL_PREFIX,
+    SEARCH,
+    SELECTION,
+    SELECTION_REASON,
+    WARM_START,
+    objective_column,
+    seed_column_prefix,
+)
 
 META = ("trial_id", "role", "status", "reason", "stop_step", "seed", "steps", "retries")
-FAILED = ("unstable", "crash")
 MAX_FAILED_CURVES, MAX_TOP_CURVES = 8, 5
 _SAFE_ID = re.compile(r"[A-Za-z0-9_.-]+")
-WARM_ROLE = "warm_start"  # sweeps.warm_start.ROLE
 _PLOT_GLOBS = ("pareto.png", "seeds.png", "stability-*.png", "curves-*.png")
 
 
@@ -50,16 +61,16 @@ class Results:
 
     @property
     def search(self) -> pd.DataFrame:
-        return self.trials[self.trials["role"] == "search"]
+        return self.trials[self.trials["role"] == SEARCH]
 
     @property
     def reruns(self) -> pd.DataFrame:
-        return self.trials[~self.trials["role"].isin(["search", WARM_ROLE])]
+        return self.trials[~self.trials["role"].isin([SEARCH, WARM_START])]
 
     @property
     def warm(self) -> pd.DataFrame:
         """Trials taken from an earlier sweep (``--warm-start``): never run here."""
-        return self.trials[self.trials["role"] == WARM_ROLE]
+        return self.trials[self.trials["role"] == WARM_START]
 
 
 def _csv(path: Path) -> pd.DataFrame:
@@ -75,7 +86,7 @@ def _knobs(trials: pd.DataFrame, space: dict[str, Any], resolved: bool) -> list[
     if resolved:
         return [c for c in trials.columns if c in space]
     cols = [c for c in trials.columns if c not in META]
-    first = next((i for i, c in enumerate(cols) if c.startswith("objective_")), 0)
+    first = next((i for i, c in enumerate(cols) if c.startswith(OBJECTIVE_PREFIX)), 0)
     return [c for c in cols if c in space or cols.index(c) < first]
 
 
@@ -133,11 +144,12 @@ def load(folder: Path, name: str | None = None, objectives: list[str] | None = N
     trials["diagnosis"] = trials["diagnosis"].fillna("").astype(str) \
         if "diagnosis" in trials else ""
     trials["status"] = trials["status"].fillna("").astype(str)
-    trials["role"] = trials["role"].fillna("search").astype(str)
+    trials["role"] = trials["role"].fillna(SEARCH).astype(str)
     trials["trial_id"] = trials["trial_id"].astype(str)
     if objectives is None:  # step_time may have been added by the loader: see the columns
-        objectives = list(modes) + [c[len("objective_"):] for c in trials
-                                    if c.startswith("objective_") and c[10:] not in modes]
+        objectives = list(modes) + [c.removeprefix(OBJECTIVE_PREFIX) for c in trials
+                                    if c.startswith(OBJECTIVE_PREFIX)
+                                    and c.removeprefix(OBJECTIVE_PREFIX) not in modes]
     pareto = _csv(folder / "pareto.csv")
     if len(pareto):
         pareto["trial_id"] = pareto["trial_id"].astype(str)
@@ -196,9 +208,9 @@ def _knob_stats(values: pd.Series, categorical: bool) -> dict[str, Any]:
 def _labels(trials: pd.DataFrame) -> pd.Series:
     """A trial's failure label: its reason, or ``pruned · <rule>`` for a pruned trial the
     rules diagnosed (the rule is the diagnosis's first word), else ""."""
-    diagnosed = (trials["status"] == "pruned") & (trials["diagnosis"] != "")
+    diagnosed = (trials["status"] == PRUNED) & (trials["diagnosis"] != "")
     rule = trials["diagnosis"].str.split(" ").str[0]
-    return trials["reason"].where(~diagnosed, "pruned · " + rule)
+    return trials["reason"].where(~diagnosed, PRUNED_LABEL_PREFIX + rule)
 
 
 def taxonomy(res: Results) -> list[dict[str, Any]]:
@@ -209,8 +221,8 @@ def taxonomy(res: Results) -> list[dict[str, Any]]:
     rerun = res.reruns[res.reruns["reason"] != ""]["reason"].value_counts()
     out = []
     counts = failed["label"].value_counts()
-    order = [k for k in counts.index if not k.startswith("pruned")] + \
-        [k for k in counts.index if k.startswith("pruned")]
+    order = [k for k in counts.index if not k.startswith(PRUNED)] + \
+        [k for k in counts.index if k.startswith(PRUNED)]
     for reason in order:
         part = failed[failed["label"] == reason]
         stop = pd.to_numeric(part["stop_step"], errors="coerce")
@@ -249,16 +261,16 @@ def summary_of(res: Results) -> dict[str, Any]:
         "warm_start": _warm_summary(res),
         "selection_notes": list(res.notes),
         "failures": {t["reason"]: t["trials"] for t in tax
-                     if t["trials"] and not t["reason"].startswith("pruned")},
-        "diagnoses": {t["reason"].removeprefix("pruned · "): t["trials"] for t in tax
-                      if t["reason"].startswith("pruned")},
+                     if t["trials"] and not t["reason"].startswith(PRUNED)},
+        "diagnoses": {t["reason"].removeprefix(PRUNED_LABEL_PREFIX): t["trials"] for t in tax
+                      if t["reason"].startswith(PRUNED)},
         "taxonomy": tax,
         "front": front,
         "selection": {k: int(v) for k, v in res.pareto.get(
-            "selection", pd.Series(dtype=str)).value_counts().items()},
-        "fragile": {str(r["trial_id"]): str(r.get("selection_reason") or "")
+            SELECTION, pd.Series(dtype=str)).value_counts().items()},
+        "fragile": {str(r["trial_id"]): str(r.get(SELECTION_REASON) or "")
                     for r in res.pareto.to_dict(orient="records")
-                    if r.get("selection") in ("fragile", "incomplete", "poor")},
+                    if r.get(SELECTION) in ("fragile", "incomplete", "poor")},
         "base": _base_summary(res),
         "compile_fallbacks": compile_fallbacks(res.trials),
         "importance": importance(res.folder, res.name, res.objectives, res.search, res.space),
@@ -280,7 +292,7 @@ def _warm_summary(res: Results) -> dict[str, Any] | None:
 
 def _seed_values(frame: pd.DataFrame, metric: str) -> dict[int, str]:
     """Columns ``<metric>@seed<s>`` of pareto.csv, by seed."""
-    prefix = f"{metric}@seed"
+    prefix = seed_column_prefix(metric)
     return {int(c[len(prefix):]): c for c in frame.columns
             if c.startswith(prefix) and c[len(prefix):].isdigit()}
 
@@ -289,11 +301,11 @@ def _base_summary(res: Results) -> dict[str, Any] | None:
     """The base config's reference runs: quality by seed and the fresh-seed mean."""
     if not res.objectives:
         return None
-    col = f"objective_{res.objectives[0]}"
+    col = objective_column(res.objectives[0])
     runs = res.trials[res.trials["role"] == "base"]
     if not len(runs) or col not in runs:
         return None
-    by_seed = {int(r["seed"]): _plain(r[col]) if r["status"] == "ok" else r["status"]
+    by_seed = {int(r["seed"]): _plain(r[col]) if r["status"] == OK else r["status"]
                for r in runs.to_dict(orient="records")}
     fresh = [v for s, v in by_seed.items() if s != res.seed and isinstance(v, (int, float))]
     return {"by_seed": by_seed, "mean": sum(fresh) / len(fresh) if fresh else None}
@@ -311,8 +323,8 @@ def _history(res: Results, trial_id: str) -> pd.DataFrame | None:
 
 def _failed_curves(res: Results) -> list[plots.Curve]:
     failed = res.trials[((res.trials["reason"] != "") | res.trials["status"].isin(FAILED))
-                        & (res.trials["role"] != WARM_ROLE)]
-    failed = pd.concat([failed[failed["role"] == "search"], failed[failed["role"] != "search"]])
+                        & (res.trials["role"] != WARM_START)]
+    failed = pd.concat([failed[failed["role"] == SEARCH], failed[failed["role"] != SEARCH]])
     queues = [list(g.itertuples()) for _, g in failed.groupby("reason", sort=False)]
     curves: list[plots.Curve] = []
     while any(queues) and len(curves) < MAX_FAILED_CURVES:  # round-robin over reasons
@@ -323,7 +335,7 @@ def _failed_curves(res: Results) -> list[plots.Curve]:
                 if hist is None:
                     continue
                 stop = pd.to_numeric(pd.Series([row.stop_step]), errors="coerce").iloc[0]
-                role = "" if row.role == "search" else f" [{row.role.split(':')[0]}]"
+                role = "" if row.role == SEARCH else f" [{row.role.split(':')[0]}]"
                 at = f" @ {int(stop)}" if pd.notna(stop) else ""
                 curves.append(plots.Curve(f"{row.trial_id} {row.reason or row.status}{at}"
                                           f"{role}", hist, None if pd.isna(stop) else stop))
@@ -351,7 +363,7 @@ def _seed_plot(res: Results, path: Path) -> Path | None:
     for rec in res.pareto.to_dict(orient="records"):
         values = {s: pd.to_numeric(rec.get(c), errors="coerce") for s, c in cols.items()}
         search = values.pop(res.seed, float("nan"))
-        rows.append(plots.SeedRow(str(rec["trial_id"]), str(rec.get("selection") or ""),
+        rows.append(plots.SeedRow(str(rec["trial_id"]), str(rec.get(SELECTION) or ""),
                                   None if pd.isna(search) else float(search),
                                   [float(v) for v in values.values() if pd.notna(v)]))
     base = _base_summary(res)
@@ -552,11 +564,11 @@ def _warm_html(info: dict[str, Any]) -> str:
 
 def _fragile_html(res: Results) -> str:
     rows = [r for r in res.pareto.to_dict(orient="records")
-            if r.get("selection") in ("fragile", "incomplete", "poor")]
+            if r.get(SELECTION) in ("fragile", "incomplete", "poor")]
     if not rows:
         return ""
     items = "".join(f"<li><b>{e(str(r['trial_id']))}</b> ({e(str(r['selection']))}): "
-                    f"{e(str(r.get('selection_reason') or ''))}</li>" for r in rows)
+                    f"{e(str(r.get(SELECTION_REASON) or ''))}</li>" for r in rows)
     return f"<p>Not handed over:</p><ul>{items}</ul>"
 
 

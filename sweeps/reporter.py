@@ -16,19 +16,18 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sweeps import rules
+from sweeps.protocol import (
+    CRASH,
+    EVIDENCE_KEY,
+    REASON_KEY,
+    RUNNING,
+    STATUS_KEY,
+    STOP_STEP_KEY,
+    UNSTABLE,
+    WARNING_KEY,
+)
 from sweeps.rules.settings import RuleSettings
 from sweeps.rules.verdict import Verdict
-
-#: Keys sweeps adds to every forwarded result.
-STATUS = "sweeps/status"
-REASON = "sweeps/reason"
-STOP_STEP = "sweeps/stop_step"
-EVIDENCE = "sweeps/evidence"
-WARNING = "sweeps/warning"
-TRACEBACK = "sweeps/traceback"
-FINAL = "sweeps/final"  # marks a summary result that repeats the last report
-COMPILE = "sweeps/compile"  # the trial's compile evidence (JSON), when it changed
-GPU_PEAK = "sweeps/gpu_peak_mb"  # peak GPU memory of the trial so far (MiB), with CUDA only
 
 
 class TrialStopped(BaseException):  # noqa: N818 - a control-flow signal, like GeneratorExit
@@ -121,7 +120,7 @@ class TrialReporter:
             self.verdict = broken
             entry = {k: v for k, v in entry.items() if isinstance(v, (int, float))}
             self.history.append(entry)
-            self._forward(self._sink, {**entry, **unstable_fields(broken, status="crash")})
+            self._forward(self._sink, {**entry, **unstable_fields(broken, status=CRASH)})
             raise TrialStopped(broken)
         entry = {k: v for k, v in entry.items() if v is not None}
         if "step_time" not in entry:
@@ -132,15 +131,15 @@ class TrialReporter:
         observed = self.observe and self.verdict is not None  # only the first one counts
         verdict = None if observed else rules.evaluate(self.history, self.settings)
         result = dict(entry)
-        result[STATUS] = "running"
+        result[STATUS_KEY] = RUNNING
         found = rules.warnings(self.history, self.settings)
         if found:
             self.warnings.extend(found)
-            result[WARNING] = "; ".join(f"{w['warning']} at step {w['step']}" for w in found)
+            result[WARNING_KEY] = "; ".join(f"{w['warning']} at step {w['step']}" for w in found)
         if verdict is not None:
             self.verdict = verdict
-            result.update(unstable_fields(verdict, status="running" if self.observe
-                                          else "unstable"))
+            result.update(unstable_fields(verdict, status=RUNNING if self.observe
+                                          else UNSTABLE))
         if checkpoint is not None and self._checkpoint_sink is not None and verdict is None:
             self._forward(self._checkpoint_sink, result, checkpoint)
         else:
@@ -156,9 +155,9 @@ class TrialReporter:
             raise
 
 
-def unstable_fields(verdict: Verdict, status: str = "unstable") -> dict[str, Any]:
+def unstable_fields(verdict: Verdict, status: str = UNSTABLE) -> dict[str, Any]:
     """The ``sweeps/*`` keys that mark a result as the end of a failed trial."""
     import json
 
-    return {STATUS: status, REASON: verdict.reason, STOP_STEP: verdict.step,
-            EVIDENCE: json.dumps(verdict.evidence, default=str)}
+    return {STATUS_KEY: status, REASON_KEY: verdict.reason, STOP_STEP_KEY: verdict.step,
+            EVIDENCE_KEY: json.dumps(verdict.evidence, default=str)}

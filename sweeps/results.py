@@ -13,6 +13,14 @@ from sweeps import objectives
 from sweeps.atomic import replace_dir, write_text
 from sweeps.compile import EVIDENCE_KEYS, compile_mode
 from sweeps.export import write_config
+from sweeps.protocol import (
+    OK,
+    SELECTION,
+    SELECTION_REASON,
+    TRIAL_HEAD,
+    objective_column,
+    seed_column,
+)
 from sweeps.space import Categorical, fixed_value
 from sweeps.spec import Sweep
 
@@ -23,18 +31,16 @@ if TYPE_CHECKING:  # annotations only: the files are written without Ray Tune im
 
 def trial_row(sweep: Sweep, book: TrialBook, rec: TrialRecord) -> dict[str, Any]:
     """One row of trials.csv."""
-    row: dict[str, Any] = {
-        "trial_id": rec.trial_id, "role": rec.role, "status": rec.status,
-        "reason": rec.reason or "", "stop_step": rec.stop_step, "seed": rec.seed,
-        "steps": rec.history[-1].get("step") if rec.history else 0,
-        "retries": rec.retries,
-    }
+    steps = rec.history[-1].get("step") if rec.history else 0
+    row: dict[str, Any] = dict(zip(TRIAL_HEAD, (
+        rec.trial_id, rec.role, rec.status, rec.reason or "", rec.stop_step, rec.seed, steps,
+        rec.retries), strict=True))
     row.update({k: rec.values.get(k) for k in sweep.space})
     for obj, value in zip(sweep.objectives, book.objective_values(rec, sweep.objectives),
                           strict=True):
         if obj.metric == "instability" and rec.flagged:
             value = max(objectives.FAILED_INSTABILITY, value or 0.0)  # as told to Optuna
-        row[f"objective_{obj.metric}"] = value
+        row[objective_column(obj.metric)] = value
     row.update(objectives.summary(rec.history))
     row["diagnosis"] = rec.diagnosis_text()
     row["evidence"] = json.dumps(rec.evidence, default=str) if rec.evidence else ""
@@ -94,10 +100,10 @@ def trials_frame(sweep: Sweep, book: TrialBook, chosen: Selection | None = None)
 def seed_columns(conf: Confirmation) -> dict[str, Any]:
     """A candidate's verdict and per-seed quality, as trials.csv and pareto.csv show them."""
     metric = conf.quality.metric
-    row: dict[str, Any] = {"selection": conf.verdict, "selection_reason": conf.fragile_reason
+    row: dict[str, Any] = {SELECTION: conf.verdict, SELECTION_REASON: conf.fragile_reason
                            or "", f"{metric}_mean": conf.mean, f"{metric}_worst": conf.worst,
                            f"{metric}_spread": _finite_or_none(conf.spread)}
-    row.update({f"{metric}@seed{seed}": value for seed, value in conf.by_seed.items()})
+    row.update({seed_column(metric, seed): value for seed, value in conf.by_seed.items()})
     return row
 
 
@@ -171,7 +177,7 @@ def _confirmation_text(sweep: Sweep, conf: Confirmation) -> str:
 
 
 def _quality_text(conf: Confirmation) -> str:
-    search = " (search)" if conf.search.status == "ok" else \
+    search = " (search)" if conf.search.status == OK else \
         f" (search, {conf.search.status} at step {conf.search.stop_step or '?'}: not counted)"
     seeds = ", ".join(f"{s}{search if s == conf.search.seed else ''}: "
                       + ("-" if v is None else f"{v:.4g}") for s, v in conf.by_seed.items())

@@ -10,6 +10,7 @@ from ray.tune.schedulers import TrialScheduler
 from sweeps.book import RuleStopper, TrialBook, TrialEvents
 from sweeps.hang import WatchedASHA, WatchedFIFO
 from sweeps.progress import ProgressLines
+from sweeps.protocol import RUN_KEY
 from sweeps.search import StabilityAwareSearch, study_storage
 from sweeps.spec import Sweep
 from sweeps.trainable import ray_trainable
@@ -85,7 +86,7 @@ def run_configs(sweep: Sweep, book: TrialBook, configs: list[dict[str, Any]], na
         return
     tuner = tune.Tuner(
         _trainable(sweep),
-        param_space={"_run": tune.grid_search(configs)},
+        param_space={RUN_KEY: tune.grid_search(configs)},
         tune_config=tune.TuneConfig(
             max_concurrent_trials=sweep.spec.budget.concurrent, reuse_actors=True,
             scheduler=WatchedFIFO().watch(book, sweep.spec.budget.hang_timeout)),

@@ -26,13 +26,13 @@ from sweeps import compat
 from sweeps.book import TrialBook
 from sweeps.config_paths import get_path
 from sweeps.lr_check import lr_ignored
-from sweeps.reporter import FINAL
+from sweeps.protocol import FINAL_KEY, INTERRUPTED, PRUNED, STABILITY_CONSTRAINT
 from sweeps.space import central_value, contains, optuna_space
 from sweeps.spec import Sweep
 from sweeps.warm_start import searched
 
 #: Optuna constraint name: 1.0 (violated) for a trial that ended unstable or crashed.
-CONSTRAINT = "stability"
+CONSTRAINT = STABILITY_CONSTRAINT
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -123,7 +123,7 @@ class StabilityAwareSearch(OptunaSearch):
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         """Intermediate values (single objective only) where the metric was reported."""
         if isinstance(self.metric, list) or trial_id in compat.optuna_search_completed(self) or \
-                result.get(FINAL):  # a summary repeating the last report
+                result.get(FINAL_KEY):  # a summary repeating the last report
             return
         value, step = result.get(self.metric), result.get("step")
         if isinstance(value, (int, float)) and isinstance(step, int) and value == value:
@@ -151,7 +151,7 @@ class StabilityAwareSearch(OptunaSearch):
             ot_trial.set_user_attr("evidence", json.dumps(rec.evidence, default=str)[:2000])
         if rec.diagnosis:
             ot_trial.set_user_attr("diagnosis", rec.diagnosis_text())
-        if rec.status == "pruned" and not rec.flagged:
+        if rec.status == PRUNED and not rec.flagged:
             study.tell(ot_trial, state=optuna.trial.TrialState.PRUNED)
         else:
             values = self.book.penalised_values(rec, self.objectives)
@@ -176,6 +176,6 @@ def fail_interrupted(sweep: Sweep) -> int:
     stale = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
     for trial in stale:
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
-        storage.set_trial_user_attr(trial_id, "status", "interrupted")
+        storage.set_trial_user_attr(trial_id, "status", INTERRUPTED)
         study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
     return len(stale)

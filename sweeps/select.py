@@ -17,6 +17,7 @@ import statistics
 
 from sweeps import objectives as objs
 from sweeps.book import TrialBook, TrialRecord
+from sweeps.protocol import OK, PRUNED
 from sweeps.spec import Objective
 
 #: Smallest relative step-time difference that counts.
@@ -73,7 +74,7 @@ def pareto_front(book: TrialBook, records: list[TrialRecord],
     sign = [1.0 if o.mode == "min" else -1.0 for o in objectives]
     candidates = []
     for rec in records:
-        if rec.status != "ok":
+        if rec.status != OK:
             continue
         values = book.objective_values(rec, objectives)
         if any(v is None for v in values):
@@ -110,9 +111,9 @@ def candidates(book: TrialBook, records: list[TrialRecord], front: list[TrialRec
         value = objs.metric_value(rec.history, quality.metric)
         if rec.trial_id in ids or value is None or not math.isfinite(value):
             continue
-        if rec.status == "ok":
+        if rec.status == OK:
             rest.append((sign * value, rec))
-        elif pruned and rec.status == "pruned" and rec.diagnosis is None:
+        elif pruned and rec.status == PRUNED and rec.diagnosis is None:
             cut.append((sign * value, rec))
     rest.sort(key=lambda vr: vr[0])
     cut.sort(key=lambda vr: vr[0])

@@ -23,9 +23,9 @@ import numpy as np
 
 from sweeps import objectives
 from sweeps.book import TrialBook, TrialRecord
-from sweeps.trainable import ROLE_KEY, SEED_KEY
+from sweeps.protocol import CRASH, OK, ROLE_KEY, SEED_KEY, STABILITY, UNSTABLE
 
-ROLE = "stability"
+ROLE = STABILITY
 #: Recommended value = at most the last stable grid value divided by this.
 SAFETY_MARGIN = 2.0
 #: The loss went down when its last tenth averages below this share of its first tenth.
@@ -104,7 +104,7 @@ class Cell:
 
     @property
     def stable_share(self) -> float:
-        return sum(r.status == "ok" for r in self.runs) / len(self.runs) if self.runs else 0.0
+        return sum(r.status == OK for r in self.runs) / len(self.runs) if self.runs else 0.0
 
     @property
     def max_grad_norm(self) -> float | None:
@@ -118,7 +118,7 @@ class Cell:
     def qualities(self, quality: Quality) -> list[float]:
         """The quality metric of every stable run that reported it."""
         values = [objectives.metric_value(r.history, quality.metric)
-                  for r in self.runs if r.status == "ok"]
+                  for r in self.runs if r.status == OK]
         return [v for v in values if v is not None and math.isfinite(v)]
 
     def mean_quality(self, quality: Quality | None) -> float | None:
@@ -128,14 +128,14 @@ class Cell:
 
     def loss_decreased(self) -> bool:
         """True when every stable run's loss fell (last tenth below 0.9 x first tenth)."""
-        stable = [r for r in self.runs if r.status == "ok"]
+        stable = [r for r in self.runs if r.status == OK]
         return bool(stable) and all(_decreased(objectives.series(r.history, "loss"))
                                     for r in stable)
 
     def verdict(self) -> str:
         """crashed when the trainer raised on every seed (an error, not instability);
         explodes / borderline by the share of seeds that failed hard; else too slow/stable."""
-        if self.runs and all(r.status == "crash" for r in self.runs):
+        if self.runs and all(r.status == CRASH for r in self.runs):
             return "crashed"
         hard = [r for r in self.runs if r.failed and r.reason not in SLOW_REASONS]
         if hard:
@@ -260,7 +260,7 @@ def _pick(safe: list[Cell], quality: Quality | None, where: str, zone: str) -> t
 
 def recommend_clip(rows: list[Cell]) -> tuple[float | None, str]:
     """grad_clip ≈ 90th percentile of stable runs' pre-clip norms, kept within 2-5x the median."""
-    norms = [v for c in rows for r in c.runs if r.status == "ok"
+    norms = [v for c in rows for r in c.runs if r.status == OK
              for v in objectives.series(r.history, "grad_norm")]
     if not norms:
         return None, "no stable run reported grad_norm"
@@ -296,7 +296,7 @@ def _clipping(run: TrialRecord, clip_knob: str) -> _Clipping | None:
         return None
     nonfinite = any(isinstance(v, (int, float)) and not math.isfinite(v)
                     for v in (h.get("grad_norm") for h in run.history))
-    stopped = run.reason if run.status == "unstable" and run.reason not in SLOW_REASONS \
+    stopped = run.reason if run.status == UNSTABLE and run.reason not in SLOW_REASONS \
         else ("non-finite grad norm" if nonfinite else None)
     head = norms[:min(START_REPORTS, max(1, len(norms) // 4))]
     return _Clipping(clip, sum(n > clip for n in norms) / len(norms), statistics.median(head),

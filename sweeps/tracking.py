@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sweeps.book import TrialBook, TrialRecord
+from sweeps.protocol import SEARCH
 from sweeps.spec import Sweep
 
 _BATCH = 900  # MLflow takes at most 1000 metrics per log_batch call
@@ -142,7 +143,7 @@ def log_sweep(sweep: Sweep, book: TrialBook, selection_tags: dict[str, dict[str,
     try:
         counts: dict[str, int] = {}  # search trials by outcome; re-runs apart
         for rec in book.trials.values():
-            key = f"trials_{rec.status}" if rec.role == "search" else f"{rec.role}_runs"
+            key = f"trials_{rec.status}" if rec.role == SEARCH else f"{rec.role}_runs"
             counts[key] = counts.get(key, 0) + 1
             _log_trial(client, exp_id, pid, rec, selection_tags.get(rec.trial_id, {}), names,
                        Metric, Param, RunTag)

@@ -17,33 +17,31 @@ from sweeps.failures import (
     format_exception,
     process_exit_raises,
 )
-from sweeps.reporter import (
-    COMPILE,
-    FINAL,
-    GPU_PEAK,
-    STATUS,
-    TRACEBACK,
-    TrialReporter,
-    TrialStopped,
-    unstable_fields,
+from sweeps.protocol import (
+    COMPILE_KEY,
+    CRASH,
+    FINAL_KEY,
+    GPU_PEAK_KEY,
+    LR_SCALE_KEY,
+    OK,
+    RUN_KEY,
+    SEED_KEY,
+    STATUS_KEY,
+    TRACEBACK_KEY,
 )
+from sweeps.reporter import TrialReporter, TrialStopped, unstable_fields
 from sweeps.rules.settings import RuleSettings
 from sweeps.rules.verdict import Verdict
 from sweeps.space import fixed_values
 from sweeps.spec import Sweep
 from sweeps.trainer_loader import load_trainer
 
-#: Config keys the runner adds beside the knobs (confirmation runs set them).
-SEED_KEY = "_seed"
-LR_SCALE_KEY = "_lr_scale"
-ROLE_KEY = "_role"
-
 
 def flat_config(config: dict[str, Any]) -> dict[str, Any]:
     """A trial's config with a re-run's ``_run`` entry (see ``runner.run_configs``) lifted up."""
-    run = config.get("_run")
+    run = config.get(RUN_KEY)
     if isinstance(run, dict):
-        return {**{k: v for k, v in config.items() if k != "_run"}, **run}
+        return {**{k: v for k, v in config.items() if k != RUN_KEY}, **run}
     return dict(config)
 
 
@@ -140,7 +138,7 @@ def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink,
         return _crashed(reporter, sink, Verdict("bad_metric", _last_step(reporter), {
             "metric": missing[0], "error": f"the trainer never reported {missing[0]!r}, "
             "an objective of the sweep; report it (or change objectives)"}))
-    sink({**reporter.history[-1], STATUS: "ok", FINAL: 1})
+    sink({**reporter.history[-1], STATUS_KEY: OK, FINAL_KEY: 1})
     return reporter
 
 
@@ -161,9 +159,9 @@ def _crashed(reporter: TrialReporter, sink, verdict: Verdict,
              traceback: str | None = None) -> TrialReporter:
     """End the trial as ``crash`` with ``verdict``: the final result repeats the last report."""
     reporter.verdict = verdict
-    extra = {TRACEBACK: traceback} if traceback else {}
-    sink({**(reporter.history[-1] if reporter.history else {"step": 0}), FINAL: 1,
-          **unstable_fields(verdict, status="crash"), **extra})
+    extra = {TRACEBACK_KEY: traceback} if traceback else {}
+    sink({**(reporter.history[-1] if reporter.history else {"step": 0}), FINAL_KEY: 1,
+          **unstable_fields(verdict, status=CRASH), **extra})
     return reporter
 
 
@@ -177,11 +175,11 @@ def _with_compile_evidence(sink, checkpoint_sink):
 
     def add(result: dict[str, Any]) -> dict[str, Any]:
         text = json.dumps(compile_evidence(), sort_keys=True)
-        if text != sent[0] or result.get(FINAL):
+        if text != sent[0] or result.get(FINAL_KEY):
             sent[0] = text
-            result = {**result, COMPILE: text}
+            result = {**result, COMPILE_KEY: text}
         peak = gpu.peak_mb()
-        return result if peak is None else {**result, GPU_PEAK: peak}
+        return result if peak is None else {**result, GPU_PEAK_KEY: peak}
 
     def with_evidence(result: dict[str, Any]) -> None:
         sink(add(result))

@@ -10,10 +10,11 @@ from rich.console import Console
 from sweeps.compile import compile_mode, eager_fallback
 from sweeps.config_paths import get_path
 from sweeps.errors import SpecError
-from sweeps.reporter import COMPILE, FINAL, TrialReporter
+from sweeps.protocol import COMPILE_KEY, FINAL_KEY, REASON_KEY, RESULT_PREFIX, SEED_KEY
+from sweeps.reporter import TrialReporter
 from sweeps.space import Fixed, central_value
 from sweeps.spec import Sweep
-from sweeps.trainable import SEED_KEY, prepare_process, run_trainer
+from sweeps.trainable import prepare_process, run_trainer
 
 
 def try_values(sweep: Sweep, sets: dict[str, Any]) -> dict[str, Any]:
@@ -49,13 +50,13 @@ def try_trial(sweep: Sweep, sets: dict[str, Any], *, steps: int | None = None,
     evidence: dict[str, Any] = {}
 
     def sink(result: dict[str, Any]) -> None:
-        if result.get(COMPILE):
-            evidence.update(json.loads(result[COMPILE]))
-        if result.get(FINAL):
+        if result.get(COMPILE_KEY):
+            evidence.update(json.loads(result[COMPILE_KEY]))
+        if result.get(FINAL_KEY):
             return
         step = result.get("step", 0)
-        if step % max(1, every) == 0 or "val_loss" in result or "sweeps/reason" in result:
-            shown = {k: v for k, v in result.items() if not k.startswith("sweeps/")}
+        if step % max(1, every) == 0 or "val_loss" in result or REASON_KEY in result:
+            shown = {k: v for k, v in result.items() if not k.startswith(RESULT_PREFIX)}
             console.print("  " + "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else
                                            f"{k}={v}" for k, v in shown.items()))
 

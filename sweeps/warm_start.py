@@ -25,12 +25,13 @@ from typing import Any
 import optuna
 
 from sweeps.errors import SpecError
+from sweeps.protocol import OK, WARM_START
 from sweeps.space import contains, fixed_values, optuna_space
 from sweeps.spec import Objective, Sweep, load_sweep_dict, read_yaml
 
 FLAG = "--warm-start"
 #: trials.csv role of a trial taken from an earlier sweep.
-ROLE = "warm_start"
+ROLE = WARM_START
 #: Optuna user attributes of a warm-started trial: the folder and trial it came from.
 SOURCE_ATTR, TRIAL_ATTR = "warm_start", "warm_start_trial"
 #: Optuna user attribute of a search trial that starts at an earlier best config: its
@@ -212,7 +213,7 @@ def rows(sweep: Sweep, storage: optuna.storages.BaseStorage) -> list[dict[str, A
             continue
         row: dict[str, Any] = {
             "trial_id": str(attrs.get("ray_trial_id") or f"warm-{attrs.get(TRIAL_ATTR)}"),
-            "role": ROLE, "status": attrs.get("status", "ok"),
+            "role": ROLE, "status": attrs.get("status", OK),
             "reason": attrs.get("reason", ""), "stop_step": attrs.get("stop_step")}
         row.update({k: {**fixed, **trial.params}.get(k) for k in sweep.space})
         row.update({f"objective_{o.metric}": v

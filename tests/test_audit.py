@@ -18,9 +18,10 @@ import shutil
 import pandas as pd
 import pytest
 
-from sweeps.audit import PRUNED, Rerun, judge, per_rule, pick, rule_line, stopped_trials
+from sweeps.audit import Rerun, judge, per_rule, pick, rule_line, stopped_trials
 from sweeps.objectives import quality_gap
-from sweeps.reporter import REASON, STATUS, TrialReporter
+from sweeps.protocol import PRUNED, REASON_KEY, STATUS_KEY
+from sweeps.reporter import TrialReporter
 from sweeps.rules.settings import RuleSettings
 from tests.conftest import copy_sweepfiles, edit_linreg, read_results_csv, run_cli_in
 
@@ -211,9 +212,9 @@ def test_observe_mode_records_the_first_verdict_and_never_stops():
         reporter({"step": step, "loss": loss, "grad_norm": 1.0})
     assert len(reporter.history) == 20
     assert (reporter.verdict.reason, reporter.verdict.step) == ("non_finite", 5)
-    marked = [r for r in sink if REASON in r]
+    marked = [r for r in sink if REASON_KEY in r]
     assert [r["step"] for r in marked] == [5], "only the first verdict is reported"
-    assert all(r[STATUS] == "running" for r in sink)
+    assert all(r[STATUS_KEY] == "running" for r in sink)
 
 
 def test_pick_round_robin_over_reasons():

@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from sweeps.reporter import REASON, STATUS, TrialReporter, TrialStopped
+from sweeps.protocol import REASON_KEY, STATUS_KEY
+from sweeps.reporter import TrialReporter, TrialStopped
 from sweeps.rules.settings import RuleSettings
 
 
@@ -31,8 +32,8 @@ def test_nan_stops_on_the_step_it_appears(swallow):
     assert info.value.verdict.reason == "non_finite"
     assert info.value.verdict.step == 7
     assert [r["step"] for r in sink] == list(range(1, 8)), "no step after the NaN"
-    assert sink[-1][STATUS] == "unstable" and sink[-1][REASON] == "non_finite"
-    assert all(r[STATUS] == "running" for r in sink[:-1])
+    assert sink[-1][STATUS_KEY] == "unstable" and sink[-1][REASON_KEY] == "non_finite"
+    assert all(r[STATUS_KEY] == "running" for r in sink[:-1])
 
 
 def test_step_time_is_measured_when_not_reported():

@@ -275,8 +275,8 @@ def test_racing_spends_a_fragile_candidates_other_runs_on_the_next_candidates(li
     second. The runner stands in for Ray Tune: the logic under test is the scheduling."""
     from sweeps.book import TrialBook, TrialRecord
     from sweeps.confirm import select
+    from sweeps.protocol import LR_SCALE_KEY, ROLE_KEY, SEED_KEY
     from sweeps.spec import load_sweep
-    from sweeps.trainable import LR_SCALE_KEY, ROLE_KEY, SEED_KEY
 
     steps = 20
     edit_linreg(linreg_dir, search_space={"lr": {"type": "loguniform", "low": 0.01,

@@ -101,7 +101,8 @@ def test_try_stops_a_schedule_that_climbs_past_the_sampled_lr(linreg_dir, capsys
 
 
 def test_the_sampled_lr_a_trial_is_judged_against_includes_the_lr_probe(linreg_dir):
-    from sweeps.trainable import LR_SCALE_KEY, trial_settings, trial_values
+    from sweeps.protocol import LR_SCALE_KEY
+    from sweeps.trainable import trial_settings, trial_values
 
     sweep = load_sweep(linreg_dir / "linreg.yaml")
     config = {"lr": 0.01, LR_SCALE_KEY: 2.0}

@@ -1,0 +1,117 @@
+"""The names that cross module boundaries, in one place.
+
+What a trial's status can be, which role a run plays, the keys the driver adds to
+a trial's config, the keys a worker adds to its results, and the columns of
+trials.csv. The writers and readers of each (the worker and the driver, the
+trials.csv writer, the report and ``sweeps audit``, the tests) import them from
+here. Failure reasons are the rules' own: :data:`sweeps.rules.verdict.REASONS`.
+
+Plain strings, not an enum: they go through Ray's pickling, JSON, YAML, CSV and
+MLflow tags unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+# ---- trial status ---------------------------------------------------------------------
+Status = Literal["running", "ok", "pruned", "unstable", "crash", "interrupted"]
+RUNNING: Final = "running"  # reported, not finished
+OK: Final = "ok"  # ran its steps, no rule fired
+PRUNED: Final = "pruned"  # the scheduler cut it short: its quality trailed its rung
+UNSTABLE: Final = "unstable"  # a rule fired
+CRASH: Final = "crash"  # raised, died, hung or reported a metric that is not a number
+INTERRUPTED: Final = "interrupted"  # the driver died while it ran (in the Optuna study only)
+#: Statuses of a trial that failed: what the sampler is steered away from.
+FAILED: Final = (UNSTABLE, CRASH)
+#: Statuses of a trial that finished without failing.
+FINISHED_OK: Final = (OK, PRUNED)
+
+# ---- roles: which run of the sweep a trial is ----------------------------------------
+SEARCH: Final = "search"  # a trial the search sampled
+BASE: Final = "base"  # the base config's own knob values, re-run as a reference
+WARM_START: Final = "warm_start"  # an earlier sweep's trial told to the sampler, not run
+STABILITY: Final = "stability"  # a cell of ``sweeps stability``'s grid
+
+
+def confirm_role(trial_id: str) -> str:
+    """The role of a candidate's re-run on a fresh seed.
+
+    Example:
+        >>> confirm_role("3b2c870b"), probe_role("3b2c870b")
+        ('confirm:3b2c870b', 'probe:3b2c870b')
+    """
+    return f"confirm:{trial_id}"
+
+
+def probe_role(trial_id: str) -> str:
+    """The role of a candidate's re-run at LR × ``confirm.lr_probe``."""
+    return f"probe:{trial_id}"
+
+
+# ---- keys the driver adds to a trial's config, beside the knobs ------------------------
+SEED_KEY: Final = "_seed"  # the trial's seed
+LR_SCALE_KEY: Final = "_lr_scale"  # LR × this inside the trial (the confirmation probe)
+ROLE_KEY: Final = "_role"  # one of the roles above
+RUN_KEY: Final = "_run"  # a fixed re-run's whole config, as Ray Tune's grid entry
+
+# ---- keys a worker adds to its results (beside the trainer's own metrics) -------------
+RESULT_PREFIX: Final = "sweeps/"
+STATUS_KEY: Final = "sweeps/status"
+REASON_KEY: Final = "sweeps/reason"
+STOP_STEP_KEY: Final = "sweeps/stop_step"
+EVIDENCE_KEY: Final = "sweeps/evidence"
+WARNING_KEY: Final = "sweeps/warning"
+TRACEBACK_KEY: Final = "sweeps/traceback"
+FINAL_KEY: Final = "sweeps/final"  # a summary result that repeats the last report
+COMPILE_KEY: Final = "sweeps/compile"  # the trial's compile evidence (JSON), when it changed
+GPU_PEAK_KEY: Final = "sweeps/gpu_peak_mb"  # peak GPU memory so far (MiB), with CUDA only
+
+# ---- Optuna: the study's constraint, and the attrs trials carry ------------------------
+#: Name of the stability constraint (a failed or diagnosed trial is infeasible).
+STABILITY_CONSTRAINT: Final = "stability"
+
+# ---- trials.csv ------------------------------------------------------------------------
+#: The columns every row starts with; the knobs, ``objective_<metric>`` per objective,
+#: the metric summaries, ``diagnosis``, ``evidence``, compile evidence and ``warnings``
+#: follow (``sweeps.results.trial_row``).
+TRIAL_HEAD: Final = ("trial_id", "role", "status", "reason", "stop_step", "seed", "steps",
+                     "retries")
+#: Prefix of the columns of the objectives' values, ``objective_<metric>``.
+OBJECTIVE_PREFIX: Final = "objective_"
+#: Columns a judged candidate's row adds (and ``<metric>_mean``, ``_worst``, ``_spread``,
+#: ``<metric>@seed<N>``).
+SELECTION: Final = "selection"
+SELECTION_REASON: Final = "selection_reason"
+#: Label of a pruned trial the rules diagnosed, as the report and ``sweeps audit`` count it.
+PRUNED_LABEL_PREFIX: Final = "pruned · "
+
+
+def objective_column(metric: str) -> str:
+    """trials.csv's column of an objective's value (as told to the sampler).
+
+    Example:
+        >>> objective_column("val_loss"), seed_column("val_loss", 42)
+        ('objective_val_loss', 'val_loss@seed42')
+    """
+    return OBJECTIVE_PREFIX + metric
+
+
+def seed_column(metric: str, seed: int) -> str:
+    """A judged candidate's quality on one seed."""
+    return f"{seed_column_prefix(metric)}{seed}"
+
+
+def seed_column_prefix(metric: str) -> str:
+    """What the columns of a judged candidate's quality on each seed start with."""
+    return f"{metric}@seed"
+
+
+def pruned_label(rule: str) -> str:
+    """``pruned · <rule>``: a pruned trial the rules diagnosed, as a failure label.
+
+    Example:
+        >>> pruned_label("collapse")
+        'pruned · collapse'
+    """
+    return PRUNED_LABEL_PREFIX + rule
