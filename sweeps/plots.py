@@ -16,20 +16,18 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from sweeps.protocol import FAILED, PRUNED, objective_column
+from sweeps.protocol import FAILED, OK, PRUNED, objective_column
+from sweeps.rules.verdict import CRASH_REASONS, REASONS
 
 STATUS_COLOURS = {"ok": "#2ca02c", "unstable": "#e76f51", "crash": "#6d597a",
                   "pruned": "#b0b0b0"}
 STATUS_MARKERS = {"ok": "o", "unstable": "X", "crash": "s", "pruned": "o"}
 #: One colour per outcome: ok, pruned and each failure reason.
-OUTCOME_COLOURS = {
-    "ok": "#2ca02c", "pruned": "#c0c0c0", "non_finite": "#d62728", "grad_blowup": "#ff7f0e",
-    "divergence": "#8c564b", "flat_at_baseline": "#1f77b4", "loss_spike": "#e377c2",
-    "collapse": "#9467bd", "lr_anomaly": "#bcbd22", "compile_error": "#17becf",
-    "oom": "#393b79", "hung": "#000000", "bad_metric": "#637939", "trainer_exit": "#7b4173",
-    "crash": "#843c39",
-}
-EXCEPTION_REASONS = {"compile_error", "oom", "hung", "bad_metric", "trainer_exit", "crash"}
+REASON_PALETTE = ("#d62728", "#ff7f0e", "#8c564b", "#1f77b4", "#e377c2", "#9467bd", "#bcbd22",
+                  "#17becf", "#393b79", "#000000", "#637939", "#7b4173", "#843c39", "#8c6d31",
+                  "#5254a3", "#ad494a")
+OUTCOME_COLOURS = {OK: "#2ca02c", PRUNED: "#c0c0c0",
+                   **dict(zip(REASONS, REASON_PALETTE, strict=False))}
 TRIAL_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
                  "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"]
 DPI = 100
@@ -227,7 +225,7 @@ def stability_map(search: pd.DataFrame, x: str, y: str | None, kinds: dict[str, 
     for name in frame.loc[ok, "outcome"].unique():
         sel = ok & (frame["outcome"] == name)
         marker = ("o" if name in ("ok", "pruned")
-                  else "s" if name in EXCEPTION_REASONS else "X")
+                  else "s" if name in CRASH_REASONS else "X")
         ax.scatter(xs[sel], ys[sel], c=OUTCOME_COLOURS.get(name, "#444444"), marker=marker,
                    s=28 if name == "pruned" else 55, edgecolors="white", linewidths=0.5,
                    label=f"{name} ({int(sel.sum())})", zorder=2)

@@ -36,6 +36,14 @@ def test_rule_names_are_verdict_reasons_in_priority_order():
     assert not set(WARNING_NAMES) & set(REASONS)
 
 
+def test_every_failure_reason_has_a_colour_of_its_own():
+    """The plots colour outcomes by reason: a new reason gets its own colour, not grey."""
+    from sweeps.plots import OUTCOME_COLOURS
+
+    assert set(REASONS) <= set(OUTCOME_COLOURS)
+    assert len(set(OUTCOME_COLOURS.values())) == len(OUTCOME_COLOURS)
+
+
 def test_default_runs_every_failure_rule_and_no_warning():
     s = RuleSettings()
     assert s.active_rules() == RULE_NAMES

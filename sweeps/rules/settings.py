@@ -4,16 +4,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sweeps.rules.verdict import RULE_REASONS
+
 #: Failure rules, in priority order (the first one that fires names the failure).
-RULE_NAMES: tuple[str, ...] = (
-    "non_finite",
-    "grad_blowup",
-    "divergence",
-    "flat_at_baseline",
-    "loss_spike",
-    "collapse",
-    "lr_anomaly",
-)
+RULE_NAMES: tuple[str, ...] = RULE_REASONS
 #: Warning-level checks: reported, never stop a trial, off unless listed in ``enabled``.
 WARNING_NAMES: tuple[str, ...] = ("dead_gradient", "frequent_clipping")
 #: Every name ``enabled`` and ``disabled`` accept.

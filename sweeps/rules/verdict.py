@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Every reason a trial can fail for. Closed: code and docs name only these.
-REASONS: tuple[str, ...] = (
+#: The failure rules, in priority order (the first one that fires names the failure):
+#: each is a module of ``sweeps.rules`` and a key of ``sweeps.rules.RULES``.
+RULE_REASONS: tuple[str, ...] = (
     "non_finite",
     "grad_blowup",
     "divergence",
@@ -14,6 +15,10 @@ REASONS: tuple[str, ...] = (
     "loss_spike",
     "collapse",
     "lr_anomaly",
+)
+#: Reasons of a trial that crashed rather than went unstable: an exception, a dead or
+#: hung worker, a metric that is not a number, the trainer exiting the process.
+CRASH_REASONS: tuple[str, ...] = (
     "compile_error",
     "oom",
     "hung",
@@ -21,6 +26,8 @@ REASONS: tuple[str, ...] = (
     "trainer_exit",
     "crash",
 )
+#: Every reason a trial can fail for. Closed: code and docs name only these.
+REASONS: tuple[str, ...] = RULE_REASONS + CRASH_REASONS
 
 
 @dataclass(frozen=True)
