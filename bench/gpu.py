@@ -56,7 +56,7 @@ def sweep_dict(mode: str, packing: int, cpus: float, events: int, steps: int,
 
 def run_cell(mode: str, packing: int, args: argparse.Namespace) -> dict:
     """One cell: its trials on Ray, timed; trials per GPU-hour and per-trial figures."""
-    from sweeps.book import close_books, open_book
+    from sweeps.book import books_of, open_book
     from sweeps.protocol import SEED_KEY
     from sweeps.runner import run_configs
     from sweeps.spec import load_sweep_dict
@@ -65,14 +65,14 @@ def run_cell(mode: str, packing: int, args: argparse.Namespace) -> dict:
     output = Path(tempfile.mkdtemp(prefix="gpu-bench-", dir=SCRATCH))  # a cold cache per cell
     sweep = load_sweep_dict(sweep_dict(mode, packing, cpus, args.events, args.steps, output),
                             base_dir=ROOT)
-    book = open_book(sweep, "bench")
     trials = args.trials_per_slot * packing
     configs = [{"lr": 2e-3, SEED_KEY: i} for i in range(trials)]
-    start = time.perf_counter()
-    run_configs(sweep, book, configs, "bench", progress=False)
-    wall = time.perf_counter() - start
-    recs = list(book.trials.values())
-    close_books()
+    with books_of(sweep):
+        book = open_book(sweep, "bench")
+        start = time.perf_counter()
+        run_configs(sweep, book, configs, "bench", progress=False)
+        wall = time.perf_counter() - start
+        recs = list(book.trials.values())
     from sweeps import objectives
 
     ok = [r for r in recs if r.status == "ok"]

@@ -1,9 +1,9 @@
-"""Driver-side record of every trial: history, outcome, objective values.
+"""Driver-side record of every trial: history, outcome, objective values. No Ray here.
 
-Ray Tune hands each result to the :class:`RuleStopper` (which also re-runs
-the rules, so a trainer that swallowed the in-trial stop is still stopped) and
-the end of each trial to the searcher and callbacks; all of them read and write
-one :class:`TrialBook`. Only the driver writes files and tracking data.
+Ray Tune's hooks (:mod:`sweeps.tune_hooks`, the schedulers in :mod:`sweeps.hang`, the
+searcher) read and write one :class:`TrialBook` per results folder, handed out by
+:func:`open_book` inside a :func:`books_of` block. Only the driver writes files and
+tracking data.
 """
 
 from __future__ import annotations
@@ -11,11 +11,10 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
-
-from ray.tune import Callback, Stopper
 
 from sweeps import objectives, rules
 from sweeps.compile import eager_fallback
@@ -115,44 +114,56 @@ class TrialRecord:
             (f" (since step {since})" if since is not None else "")
 
 
+#: The books handed out inside the :func:`books_of` block, by folder; empty outside it.
 _BOOKS: dict[str, TrialBook] = {}
-#: The sweep this process runs, by name: a book unpickled from Ray Tune's state binds to it.
+#: The sweep of the open block, by name: a book unpickled from Ray Tune's state binds to it.
 _RUNNING: dict[str, Sweep] = {}
 
 
-def run_here(sweep: Sweep) -> None:
-    """Make ``sweep`` (and its results folder) the one books of its name bind to when Ray
-    Tune's saved state is unpickled, wherever the folder was when that state was saved."""
+@contextmanager
+def books_of(sweep: Sweep) -> Iterator[None]:
+    """The block in which ``sweep``'s books are open.
+
+    Inside it :func:`open_book` hands out one book per folder, and Ray Tune's restored
+    state (the searcher, stopper, schedulers and callbacks are pickled into it) binds to
+    those same books and to ``sweep``'s results folder, wherever the folder was when the
+    state was saved. On leaving it every journal is closed and the books are forgotten
+    (their files stay on disk). One block at a time per process.
+    """
+    if _RUNNING:
+        raise RuntimeError(f"the books of sweep {next(iter(_RUNNING))!r} are open already")
     _RUNNING[sweep.name] = sweep
+    try:
+        yield
+    finally:
+        for book in _BOOKS.values():
+            book.journal.close_all()
+        _BOOKS.clear()
+        _RUNNING.clear()
 
 
 def _reopen_book(sweep: Sweep, folder: str) -> TrialBook:
-    """Unpickling a book: the sweep running here if it has that name (a results folder that
-    was moved or copied resumes where it is now), else the saved one."""
+    """Unpickling a book: the sweep of the open block if it has that name (a results
+    folder that was moved or copied resumes where it is now), else the saved one."""
     return open_book(_RUNNING.get(sweep.name, sweep), folder)
 
 
 def open_book(sweep: Sweep, folder: str = "trials") -> TrialBook:
-    """The one book of this sweep in this process, read back from its journal if it has one.
+    """The one book of this sweep's ``folder`` in the open :func:`books_of` block, read
+    back from its journal if it has one.
 
     The searcher, the stopper and the callbacks are pickled into Ray Tune's
     experiment state; on restore they all come back to this same book.
     ``folder`` (under the results folder) holds the journal and histories.
     """
+    if not _RUNNING:
+        raise RuntimeError("open_book is called inside `with books_of(sweep):`")
     key = str(sweep.output_dir / folder)
     book = _BOOKS.get(key)
     if book is None:
         book = _BOOKS[key] = TrialBook(sweep, folder)
         book.load()
     return book
-
-
-def close_books() -> None:
-    """Close every journal and forget the books (their files stay on disk)."""
-    for book in _BOOKS.values():
-        book.journal.close_all()
-    _BOOKS.clear()
-    _RUNNING.clear()
 
 
 class TrialBook:
@@ -419,39 +430,3 @@ def _append(history: list[dict[str, Any]], metrics: dict[str, Any]) -> None:
                 history[-1]["step"] >= step:
             history.pop()
     history.append(metrics)
-
-
-class RuleStopper(Stopper):
-    """Ray Tune stopper running the same rules on the driver as in the trial."""
-
-    def __init__(self, book: TrialBook) -> None:
-        self.book = book
-
-    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
-        rec = self.book.record(trial_id, result)
-        # a trial the journal shows finished is being re-run after a driver restart: stop it
-        return rec.failed or rec.finished
-
-    def stop_all(self) -> bool:
-        return False
-
-
-class TrialEvents(Callback):
-    """Ray Tune callback: counts the retries of trials whose worker died."""
-
-    def __init__(self, book: TrialBook) -> None:
-        self.book = book
-
-    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self.book.mark_retry(trial.trial_id)
-
-    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        from pathlib import Path
-
-        local, name = trial.error_file, trial.run_metadata.error_filename
-        try:  # Ray writes it here first and copies it into the results folder later
-            text = Path(local).read_text(errors="replace") if local else ""
-        except OSError:
-            text = ""
-        kept = str(Path(trial.path, name)) if trial.path and name else local
-        self.book.worker_failed(trial.trial_id, text, kept)

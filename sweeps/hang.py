@@ -20,12 +20,16 @@ class HangWatch:
     so that is where the watch runs.
     """
 
-    def watch(self, book: TrialBook, timeout: float | None) -> HangWatch:
-        self._book, self._timeout, self._since = book, timeout, {}
-        return self
+    def __init__(self, book: TrialBook, timeout: float | None, **scheduler: Any) -> None:
+        """``book``: the sweep's trials; ``timeout``: seconds without a report after which a
+        running trial is stopped as hung (None: never); ``scheduler``: the Ray Tune
+        scheduler's own arguments."""
+        super().__init__(**scheduler)
+        self._book, self._timeout = book, timeout
+        self._since: dict[str, float] = {}
 
     def choose_trial_to_run(self, tune_controller: Any) -> Trial | None:
-        if getattr(self, "_timeout", None):
+        if self._timeout:
             self._check(tune_controller)
         return super().choose_trial_to_run(tune_controller)  # type: ignore[misc]
 
@@ -69,7 +73,7 @@ class WatchedASHA(HangWatch, ASHAScheduler):
     """
 
     def on_trial_complete(self, tune_controller: Any, trial: Trial, result: dict) -> None:
-        rec = self._book.trials.get(trial.trial_id) if hasattr(self, "_book") else None
+        rec = self._book.trials.get(trial.trial_id)
         rungs = compat.asha_rungs(self, trial.trial_id)
         if rec is not None and rec.failed and rungs is not None:
             ahead = [(milestone, recorded) for milestone, recorded in rungs

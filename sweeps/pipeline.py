@@ -15,7 +15,7 @@ import yaml
 from sweeps import confirm as confirmation
 from sweeps import folder_lock, state_check, state_seal, warm_start
 from sweeps.atomic import write_text
-from sweeps.book import TrialBook, TrialRecord, close_books, open_book, run_here
+from sweeps.book import TrialBook, TrialRecord, books_of, open_book
 from sweeps.errors import PreflightFailed, SpecError
 from sweeps.lr_check import lr_ignored
 from sweeps.protocol import SEARCH
@@ -173,12 +173,10 @@ def resume_sweep(folder: Path, *, address: str | None = None, progress: bool = T
 
 def _execute(sweep: Sweep, *, address: str | None, progress: bool, tracking_uri: str | None,
              resume: bool) -> SweepOutcome:
-    close_books()
-    run_here(sweep)  # Ray Tune's restored state binds to this folder, wherever it was
-    book = open_book(sweep)
-    if resume:
-        book.set_aside_unfinished()
-    try:
+    with books_of(sweep):  # Ray Tune's restored state binds to this folder, wherever it was
+        book = open_book(sweep)
+        if resume:
+            book.set_aside_unfinished()
         with ray_running(address):
             run_search(sweep, book, progress=progress, resume=resume)
             ignored = lr_ignored(book.trials.values())
@@ -199,8 +197,6 @@ def _execute(sweep: Sweep, *, address: str | None, progress: bool, tracking_uri:
 
             chosen = confirmation.select(sweep, book, ordered, front, rerun)
         return write_outputs(sweep, book, front, chosen, tracking_uri=tracking_uri)
-    finally:
-        close_books()
 
 
 def write_outputs(sweep: Sweep, book: TrialBook, front: list[TrialRecord],

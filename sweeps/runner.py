@@ -7,14 +7,14 @@ from typing import Any
 from ray import tune
 from ray.tune.schedulers import TrialScheduler
 
-from sweeps.book import RuleStopper, TrialBook, TrialEvents
+from sweeps.book import TrialBook
 from sweeps.hang import WatchedASHA, WatchedFIFO
 from sweeps.progress import ProgressLines
 from sweeps.protocol import RUN_KEY
 from sweeps.search import StabilityAwareSearch, study_storage
 from sweeps.spec import Sweep
 from sweeps.trainable import ray_trainable
-from sweeps.worker_logs import WorkerLogs
+from sweeps.tune_hooks import RuleStopper, TrialEvents, WorkerLogs
 
 
 def make_scheduler(sweep: Sweep, book: TrialBook) -> TrialScheduler:
@@ -28,11 +28,10 @@ def make_scheduler(sweep: Sweep, book: TrialBook) -> TrialScheduler:
     first = sweep.objectives[0]
     if budget.scheduler == "none" or budget.expected_trials < 4 or first.metric in (
             "instability", "step_time", "compile_s"):
-        return WatchedFIFO().watch(book, budget.hang_timeout)
-    return WatchedASHA(time_attr="step", metric=first.metric, mode=first.mode,
-                       max_t=budget.max_steps, grace_period=budget.asha_grace,
-                       reduction_factor=3, stop_last_trials=False).watch(
-                           book, budget.hang_timeout)
+        return WatchedFIFO(book, budget.hang_timeout)
+    return WatchedASHA(book, budget.hang_timeout, time_attr="step", metric=first.metric,
+                       mode=first.mode, max_t=budget.max_steps, grace_period=budget.asha_grace,
+                       reduction_factor=3, stop_last_trials=False)
 
 
 def _trainable(sweep: Sweep) -> Any:
@@ -89,7 +88,7 @@ def run_configs(sweep: Sweep, book: TrialBook, configs: list[dict[str, Any]], na
         param_space={RUN_KEY: tune.grid_search(configs)},
         tune_config=tune.TuneConfig(
             max_concurrent_trials=sweep.spec.budget.concurrent, reuse_actors=True,
-            scheduler=WatchedFIFO().watch(book, sweep.spec.budget.hang_timeout)),
+            scheduler=WatchedFIFO(book, sweep.spec.budget.hang_timeout)),
         run_config=_run_config(sweep, name, book, len(configs), progress))
     _finish_all(book, tuner.fit())
 

@@ -11,7 +11,7 @@ import pandas as pd
 
 from sweeps import stability
 from sweeps.atomic import write_text
-from sweeps.book import TrialBook, close_books, open_book
+from sweeps.book import TrialBook, books_of, open_book
 from sweeps.errors import SpecError
 from sweeps.folder_lock import claim
 from sweeps.ray_session import ray_running
@@ -70,15 +70,12 @@ def run_stability(sweep: Sweep, param: str, values: list[Any], *, seeds: int = 3
     base = {k: v for k, v in try_values(sweep, {}).items() if k not in names}
     runs = stability.plan(base, param, values, [sweep.spec.seed + i for i in range(seeds)], second)
     with claim(sweep.output_dir, "stability"):  # one owner per results folder
-        close_books()
         shutil.rmtree(sweep.output_dir / FOLDER, ignore_errors=True)
-        book = open_book(sweep, FOLDER)
-        try:
+        with books_of(sweep):
+            book = open_book(sweep, FOLDER)
             with ray_running(address):
                 run_configs(sweep, book, runs, "ray", progress=progress)
             return write_stability(sweep, book, names)
-        finally:
-            close_books()
 
 
 def quality_of(sweep: Sweep) -> stability.Quality | None:

@@ -6,8 +6,9 @@ and ``.err``) in the embedded Ray's private folder, which is removed when the sw
 ``trials/<id>.error.txt`` (so does ``sys.exit`` or ``os._exit``, caught in the trial);
 one whose process died (a segfault, the OOM killer, a signal) leaves only what it
 printed. So when Ray Tune reports a trial's worker dead, the tail of that worker's logs
-is copied to ``trials/<id>.worker.log`` (mode 0600: a trainer's output is for its user
-alone), one section per attempt; the trial's evidence names it (``output``).
+is copied to ``trials/<id>.worker.log`` by ``sweeps.tune_hooks.WorkerLogs`` (mode 0600:
+a trainer's output is for its user alone), one section per attempt; the trial's evidence
+names it (``output``).
 
 Against a Ray cluster (``--address``) the worker logs stay on the node that ran the trial,
 in the cluster's own temp folder: nothing is copied.
@@ -19,10 +20,6 @@ import os
 import re
 from pathlib import Path
 from typing import Any
-
-from ray.tune import Callback
-
-from sweeps import ray_session
 
 #: The most of each log copied (its end: where a process that died wrote last).
 TAIL_BYTES = 1 << 20
@@ -76,29 +73,3 @@ def keep_worker_output(logs: Path, pid: int, dest: Path, attempt: str) -> bool:
                       "===\n".encode())
             out.write(data if data.endswith(b"\n") or not data else data + b"\n")
     return True
-
-
-class WorkerLogs(Callback):
-    """Ray Tune callback: when a trial fails in Ray (its worker died; a trainer's own exception
-    is caught in the trial), keep its worker's output in ``trials/<id>.worker.log``."""
-
-    def __init__(self, book: Any) -> None:
-        self.book = book  # a TrialBook: pickled by reference, so resume finds the folder
-
-    @property
-    def folder(self) -> Path:
-        return self.book.sweep.output_dir / self.book.folder
-
-    def _keep(self, trial: Any, attempt: str) -> None:
-        session = ray_session.current()
-        pid = worker_pid(trial)
-        if session is None or session.logs is None or pid is None:
-            return
-        keep_worker_output(session.logs, pid, worker_log_path(self.folder, trial.trial_id),
-                           attempt)
-
-    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._keep(trial, "attempt failed, the trial is retried")
-
-    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._keep(trial, "the trial failed")

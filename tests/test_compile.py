@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sweeps.book import close_books, open_book
+from sweeps.book import books_of, open_book
 from sweeps.compile import eager_fallback
 from sweeps.progress import ProgressLines
 from sweeps.report import summary, write_report
@@ -97,9 +97,8 @@ def test_a_trial_that_hits_the_recompile_limit_is_flagged_and_off_the_step_time_
     assert _evidence(runs["normal"])["recompiles"] >= 1
     assert "limit" not in _evidence(runs["normal"])
 
-    close_books()
-    book = open_book(sweep)
-    try:
+    with books_of(sweep):
+        book = open_book(sweep)
         for trial_id, results in runs.items():
             for result in results:
                 book.record(trial_id, {**result, "config": {"lr": 0.05, "compile": "default"}})
@@ -108,8 +107,6 @@ def test_a_trial_that_hits_the_recompile_limit_is_flagged_and_off_the_step_time_
         progress = ProgressLines(book, total=2)
         assert "RAN EAGERLY: recompile_limit (1) hit" in progress.line(book.trials["limited"])
         assert "EAGERLY" not in progress.line(book.trials["normal"])
-    finally:
-        close_books()
     folder = linreg_dir / "report"
     folder.mkdir()
     rows.reset_index().to_csv(folder / "trials.csv", index=False)

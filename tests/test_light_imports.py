@@ -30,7 +30,13 @@ def _heavy_after(code: str) -> list[str]:
 
 def test_light_modules_import_neither_torch_nor_ray():
     assert _heavy_after("import sweeps, sweeps.cli, sweeps.rules, sweeps.spec, "
-                        "sweeps.results") == []
+                        "sweeps.results, sweeps.protocol") == []
+
+
+def test_the_trial_book_and_what_reads_it_import_no_ray():
+    """The record of trials and the selection and audit built on it run without Ray: Ray
+    Tune's hooks into the book live in sweeps.tune_hooks."""
+    assert "ray" not in _heavy_after("import sweeps.book, sweeps.audit, sweeps.worker_logs")
 
 
 def test_help_imports_neither_torch_nor_ray():

@@ -13,9 +13,9 @@ from sweeps.spec import load_sweep
 
 
 def _asha(book: TrialBook) -> WatchedASHA:
-    return WatchedASHA(time_attr="step", metric="val_loss", mode="min", max_t=300,
+    return WatchedASHA(book, None, time_attr="step", metric="val_loss", mode="min", max_t=300,
                        grace_period=75, reduction_factor=3, brackets=1,
-                       stop_last_trials=False).watch(book, None)
+                       stop_last_trials=False)
 
 
 def _unstable(book: TrialBook, trial_id: str, step: int) -> None:
