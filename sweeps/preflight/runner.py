@@ -13,7 +13,7 @@ from sweeps.preflight.schedule_check import check_curve, lr_curve
 from sweeps.space import Categorical, Fixed, IntRange, LogUniform, Uniform, central_value
 from sweeps.spec import Sweep
 from sweeps.trainable import trial_settings
-from sweeps.trainer_loader import load_trainer
+from sweeps.trainer_loader import load_trainer, on_sys_path
 
 SCHEDULER_HOOK = "lr_scheduler"
 BATCH_HOOK = "sample_batch"
@@ -22,7 +22,8 @@ BATCH_HOOK = "sample_batch"
 def _hook(sweep: Sweep, target: str | None, name: str, key: str) -> Any:
     if target:
         return load_trainer(target, sweep.trainer_paths, key=key)
-    module = importlib.import_module(sweep.spec.trainer.partition(":")[0])
+    with on_sys_path(sweep.trainer_paths):
+        module = importlib.import_module(sweep.spec.trainer.partition(":")[0])
     return getattr(module, name, None)
 
 
