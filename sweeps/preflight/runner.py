@@ -22,8 +22,7 @@ BATCH_HOOK = "sample_batch"
 def _hook(sweep: Sweep, target: str | None, name: str, key: str) -> Any:
     if target:
         return load_trainer(target, sweep.trainer_paths, key=key)
-    with on_sys_path(sweep.trainer_paths):
-        module = importlib.import_module(sweep.spec.trainer.partition(":")[0])
+    module = importlib.import_module(sweep.spec.trainer.partition(":")[0])
     return getattr(module, name, None)
 
 
@@ -63,7 +62,14 @@ def _compile(sweep: Sweep, findings: list[Finding]) -> Sweep:
 
 
 def run_preflight(sweep: Sweep) -> tuple[Sweep, list[Finding]]:
-    """All checks; returns the sweep to run (unusable compile modes dropped) and the findings."""
+    """All checks; returns the sweep to run (unusable compile modes dropped) and the findings.
+    The trainer's folders are on ``sys.path`` while its hooks are imported and run (a hook
+    may import the trainer's own modules when called), and only then."""
+    with on_sys_path(sweep.trainer_paths):
+        return _checks(sweep)
+
+
+def _checks(sweep: Sweep) -> tuple[Sweep, list[Finding]]:
     findings: list[Finding] = []
     sweep = _compile(sweep, findings)
     steps = sweep.spec.budget.max_steps

@@ -30,6 +30,16 @@ def untouched():
     assert sys.path == path, "sys.path changed"
 
 
+def _write_sweep(folder: Path, module: str) -> Path:
+    """A one-knob sweep file ``s.yaml`` in ``folder`` whose trainer is ``module:train``."""
+    path = folder / "s.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "s", "trainer": f"{module}:train", "base_config": {"t": {"lr": 0.1}},
+        "search_space": {"lr": {"type": "loguniform", "low": 1e-4, "high": 1.0}},
+        "write_back": {"lr": "t.lr"}}))
+    return path
+
+
 def test_one_sweep_file_from_two_workdirs(linreg_dir, tmp_path_factory, untouched):
     first, second = tmp_path_factory.mktemp("a"), tmp_path_factory.mktemp("b")
     a = load_sweep(linreg_dir / "linreg.yaml", workdir=first)
@@ -71,10 +81,7 @@ def test_importing_the_trainer_leaves_sys_path_as_it_was(tmp_path, untouched):
     name = f"dirs_trainer_{os.getpid()}_{tmp_path.name}".replace("-", "_")
     (tmp_path / f"{name}.py").write_text(
         "import sys\nSEEN = list(sys.path)\n\n\ndef train(config, report):\n    pass\n")
-    (tmp_path / "s.yaml").write_text(
-        f"name: s\ntrainer: {name}:train\nbase_config: {{t: {{lr: 0.1}}}}\n"
-        "search_space: {lr: {type: loguniform, low: 1.0e-4, high: 1.0}}\n"
-        "write_back: {lr: t.lr}\n")
+    _write_sweep(tmp_path, name)
     load_sweep(tmp_path / "s.yaml", workdir=tmp_path)
     assert str(tmp_path.resolve()) in sys.modules[name].SEEN, "on sys.path for the import"
     assert str(tmp_path.resolve()) not in sys.path
@@ -113,3 +120,18 @@ def test_a_slurm_job_runs_in_the_workdir_it_is_given(linreg_dir, tmp_path_factor
     assert f"--chdir={work}" in job.script
     assert job.results == work.resolve() / "results" / "linreg"
     assert job.sweep_file == (linreg_dir / "linreg.yaml").resolve()
+
+
+def test_preflight_hooks_import_beside_the_trainer_and_leave_sys_path(tmp_path, untouched):
+    from sweeps.preflight.runner import run_preflight
+
+    name = f"dirs_hooked_{os.getpid()}_{tmp_path.name}".replace("-", "_")
+    (tmp_path / f"{name}_data.py").write_text(
+        "import torch\n\n\ndef batch():\n    return {'x': torch.zeros(8, 2)}\n")
+    (tmp_path / f"{name}.py").write_text(
+        f"def sample_batch(config):\n    from {name}_data import batch  # at call time\n"
+        "    return batch()\n\n\ndef train(config, report):\n    pass\n")
+    _write_sweep(tmp_path, name)
+    _, findings = run_preflight(load_sweep(tmp_path / "s.yaml", workdir=tmp_path))
+    assert [f.message for f in findings if f.check in ("hooks", "inputs")] == [
+        "every input feature is on a sane scale"]
