@@ -99,15 +99,14 @@ def test_time_left_ignores_start_up_and_counts_confirmation(linreg_dir):
         "~160s left with confirmation (+~90s if candidates prove fragile)")
 
 
-def test_a_step_budget_bounds_the_extra_confirmation_round(linreg_dir, monkeypatch):
+def test_a_step_budget_bounds_the_extra_confirmation_round(linreg_dir):
     """With ``budget.total_steps`` a later confirmation round only takes what is left of
     it: a budget the search and the first round spend leaves no extra time to tell."""
-    monkeypatch.chdir(linreg_dir)
     edit_linreg(linreg_dir, budget={"total_steps": 1000})
     data = yaml.safe_load((linreg_dir / "linreg.yaml").read_text())
     del data["budget"]["trials"]
     (linreg_dir / "linreg.yaml").write_text(yaml.safe_dump(data))
-    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml"))
+    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir))
     progress = ProgressLines(book, None, console=Console(file=io.StringIO(), width=200))
     progress.start, progress.first_result = 0.0, 30.0
     _feed(progress, book, _trial("a", 0.1, 20, 0.5))
