@@ -79,7 +79,7 @@ def child(args: argparse.Namespace) -> None:
     from sweeps.trainable import prepare_process, run_trainer
 
     sweep = load_sweep_dict(sweep_dict(args.trainer, args.mode, args.cache, args.events,
-                                       args.steps), base_dir=ROOT)
+                                       args.steps), base_dir=ROOT, workdir=Path.cwd())
     if args.no_reset:
         import sweeps.trainable as trainable
 

@@ -80,7 +80,7 @@ def planted_sweep(steps: int, onset: int):
     from sweeps.spec import load_sweep_dict
 
     return load_sweep_dict(sweep_dict("planted", list(CASES), steps, onset, 0),
-                           base_dir=Path(BENCH))
+                           base_dir=Path(BENCH), workdir=Path.cwd())
 
 
 def for_seed(sweep, seed: int, steps: int | None):
@@ -214,7 +214,7 @@ def main() -> None:
     from sweeps.spec import load_sweep
 
     if args.sweep is not None:
-        base = load_sweep(args.sweep)
+        base = load_sweep(args.sweep, workdir=Path.cwd())
         if not base.spec.initial_points:
             raise SystemExit(f"{args.sweep}: initial_points is empty; list the configs to "
                              "measure there, one per case")

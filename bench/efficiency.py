@@ -188,7 +188,7 @@ def builtin_sweep(trainer: str, steps: int):
                        {"metric": "instability", "mode": "min"}],
         "rules": case["rules"], "budget": {"max_steps": steps},
         "resources": {"cpu": 1, "gpu": 0},
-    }, base_dir=ROOT)
+    }, base_dir=ROOT, workdir=Path.cwd())
 
 
 def for_run(sweep, *, steps: int, budget: int, seed: int, concurrent: int, tag: str = "",
@@ -768,7 +768,7 @@ def main() -> None:
 
     cases: list[tuple[str, Any, int, int, str | None]] = []  # label, sweep, steps, budget, case
     if args.sweep is not None:
-        user = load_sweep(args.sweep)
+        user = load_sweep(args.sweep, workdir=Path.cwd())
         steps = args.steps or user.spec.budget.max_steps
         budget = args.budget or user.spec.budget.total_steps or args.trials * steps
         cases.append((user.spec.name, user, steps, budget, None))

@@ -64,7 +64,7 @@ def run_cell(mode: str, packing: int, args: argparse.Namespace) -> dict:
     cpus = max(0.25, args.cpus / packing)
     output = Path(tempfile.mkdtemp(prefix="gpu-bench-", dir=SCRATCH))  # a cold cache per cell
     sweep = load_sweep_dict(sweep_dict(mode, packing, cpus, args.events, args.steps, output),
-                            base_dir=ROOT)
+                            base_dir=ROOT, workdir=Path.cwd())
     trials = args.trials_per_slot * packing
     configs = [{"lr": 2e-3, SEED_KEY: i} for i in range(trials)]
     with books_of(sweep):

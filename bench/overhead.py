@@ -198,7 +198,7 @@ def main() -> None:
     from sweeps.spec import load_sweep_dict
 
     sweep = load_sweep_dict(sweep_dict("overhead", args.trials, args.reports),
-                            base_dir=Path(BENCH))
+                            base_dir=Path(BENCH), workdir=Path.cwd())
     walls: dict[str, float] = {}
     walls["plain Optuna (in-process, 1 at a time)"] = plain_optuna(args.trials, args.reports)
 

@@ -55,7 +55,7 @@ def driver_memory(trials: int) -> dict:
         cwd = os.getcwd()
         os.chdir(folder)
         try:
-            sweep = load_sweep(folder / "tiny.yaml")
+            sweep = load_sweep(folder / "tiny.yaml", workdir=folder)
             before = rss_mb()
             start = time.perf_counter()
             outcome = run_sweep(sweep, progress=False, check=False)

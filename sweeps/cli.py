@@ -34,7 +34,7 @@ def _fmt(v: Any) -> str:
 def cmd_validate(args: argparse.Namespace) -> int:
     from sweeps.spec import load_sweep
 
-    sweep = load_sweep(args.file)
+    sweep = load_sweep(args.file, workdir=Path.cwd())
     knobs = ", ".join(f"{k} ({type(v).__name__.lower()})" for k, v in sweep.space.items())
     console.print(f"{args.file}: valid. sweep '{sweep.name}', trainer {sweep.spec.trainer}")
     console.print(f"  knobs: {knobs}")
@@ -66,7 +66,7 @@ def cmd_try(args: argparse.Namespace) -> int:
     from sweeps.spec import load_sweep
     from sweeps.tryout import lr_not_followed, try_trial, try_values
 
-    sweep = load_sweep(args.file)
+    sweep = load_sweep(args.file, workdir=Path.cwd())
     sets = _parse_sets(args.set or [])
     rec = try_trial(sweep, sets, steps=args.steps, seed=args.seed, every=args.print_every,
                     console=console)
@@ -79,7 +79,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from sweeps.pipeline import run_sweep
     from sweeps.spec import load_sweep
 
-    sweep = load_sweep(args.file, output=args.output)
+    sweep = load_sweep(args.file, workdir=Path.cwd(), output=args.output)
     for note in sweep.notes:
         err_console.print(f"note: {note}")
     outcome = run_sweep(sweep, address=args.address, progress=not args.quiet,
@@ -110,7 +110,7 @@ def cmd_stability(args: argparse.Namespace) -> int:
     from sweeps.stability_run import FOLDER, run_stability, stability_sweep
     from sweeps.tryout import _with_budget
 
-    sweep = load_sweep(args.file)
+    sweep = load_sweep(args.file, workdir=Path.cwd())
     if args.steps:
         sweep = _with_budget(sweep, args.steps)
     if bool(args.values) == bool(args.range):
@@ -240,7 +240,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     from sweeps.pipeline import preflight
     from sweeps.spec import load_sweep
 
-    sweep = preflight(load_sweep(args.file))
+    sweep = preflight(load_sweep(args.file, workdir=Path.cwd()))
     console.print(f"preflight passed; findings saved in {sweep.output_dir / 'preflight.md'}")
     return 0
 

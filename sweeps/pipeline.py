@@ -104,15 +104,16 @@ def save_resolved(sweep: Sweep) -> None:
 
 
 def load_resolved(folder: Path) -> Sweep:
-    """The sweep saved in a results folder, with its results going back to that folder."""
+    """The sweep saved in a results folder, with its results going back to that folder; its
+    trials run in the folder it was started from (the sweep file's, if the state lacks it)."""
     folder = folder.resolve()
     _require_sweep(folder)
     state = state_check.read_sweep_state(folder)
     data = read_yaml(folder / "sweep.yaml", "DIR/sweep.yaml")
-    sweep = load_sweep_dict(data, base_dir=Path(state["base_dir"]))
-    src, workdir = state.get("source"), state.get("workdir")
-    return replace(sweep, output_dir=folder, source=Path(src) if src else None,
-                   workdir=Path(workdir) if workdir else sweep.workdir)
+    base_dir, src = Path(state["base_dir"]), state.get("source")
+    workdir = Path(state.get("workdir") or base_dir)  # a state written without it
+    sweep = load_sweep_dict(data, base_dir=base_dir, workdir=workdir)
+    return replace(sweep, output_dir=folder, source=Path(src) if src else None)
 
 
 def _require_sweep(folder: Path) -> None:

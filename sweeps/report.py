@@ -102,7 +102,7 @@ def _space_kinds(spec: dict[str, Any], folder: Path
 
         data = {k: v for k, v in spec.items() if k != "source"}
         base = Path(str(spec.get("source") or folder / "sweep.yaml")).parent
-        space = load_sweep_dict(data, base_dir=base, import_trainer=False).space
+        space = load_sweep_dict(data, base_dir=base, workdir=base, import_trainer=False).space
         raw, resolved = {k: knob.model_dump() for k, knob in space.items()}, True
     except Exception:  # fall back to what sweep.yaml itself says
         pass

@@ -212,11 +212,11 @@ class Sweep:
     trainer_paths: list[str]
     output_dir: Path
     objectives: list[Objective]
-    source: Path | None = None
-    notes: list[str] = field(default_factory=list)
     #: The folder sweeps was started from: every trial runs there, so a trainer's relative
     #: paths mean what they mean in ``sweeps try``.
-    workdir: Path = field(default_factory=Path.cwd)
+    workdir: Path
+    source: Path | None = None
+    notes: list[str] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -298,22 +298,29 @@ def read_yaml(path: Path, key: str) -> Any:
                         "fix the YAML syntax (indentation, colons, quotes)") from exc
 
 
-def load_sweep(path: str | Path, *, import_trainer: bool = True,
+def load_sweep(path: str | Path, *, workdir: Path, import_trainer: bool = True,
                output: str | None = None) -> Sweep:
-    """Read and validate a sweep file; ``output`` overrides its ``output:`` folder."""
-    path = Path(path)
+    """Read and validate a sweep file; ``output`` overrides its ``output:`` folder.
+
+    ``workdir`` is the folder sweeps was started from: a relative ``path`` and ``output:``
+    start there, and it is the fallback for the sweep file's relative paths."""
+    given = Path(path).expanduser()
+    path = workdir / given
     if not path.is_file():
-        raise SpecError("FILE", f"no sweep file at {path}", "give the path of a sweep YAML file")
+        raise SpecError("FILE", f"no sweep file at {given}", "give the path of a sweep YAML file")
     data = read_yaml(path, "FILE")
     if output is not None and isinstance(data, dict):
         data = {**data, "output": output}
-    sweep = load_sweep_dict(data, base_dir=path.parent, import_trainer=import_trainer)
+    sweep = load_sweep_dict(data, base_dir=path.parent, workdir=workdir,
+                            import_trainer=import_trainer)
     sweep.source = path.resolve()
     return sweep
 
 
-def load_sweep_dict(data: Any, *, base_dir: Path, import_trainer: bool = True) -> Sweep:
-    """Validate an already-parsed sweep mapping. Raises only :class:`SpecError`."""
+def load_sweep_dict(data: Any, *, base_dir: Path, workdir: Path,
+                    import_trainer: bool = True) -> Sweep:
+    """Validate an already-parsed sweep mapping; relative paths in it are read from
+    ``base_dir``, then ``workdir`` (see :func:`load_sweep`). Raises only :class:`SpecError`."""
     if not isinstance(data, Mapping):
         raise SpecError("(top level)", f"the sweep file holds {a_type(data)}, "
                         "not a mapping", "write keys such as name:, trainer:, write_back:")
@@ -321,9 +328,10 @@ def load_sweep_dict(data: Any, *, base_dir: Path, import_trainer: bool = True) -
     if not _NAME.fullmatch(spec.name):
         raise SpecError("name", f"{spec.name!r} is not usable as a folder name",
                         "use letters, digits, '-', '_' or '.'")
-    base_dir = base_dir.resolve()
-    base_config = _base_config(spec.base_config, base_dir)
-    space = _space(spec.search_space, base_dir)
+    base_dir, workdir = base_dir.resolve(), workdir.resolve()
+    dirs = (base_dir, workdir)
+    base_config = _base_config(spec.base_config, dirs)
+    space = _space(spec.search_space, dirs)
     _check_write_back(spec.write_back, space, base_config)
     _check_initial_points(spec.initial_points, space)
     objectives = list(spec.objectives)
@@ -345,10 +353,10 @@ def load_sweep_dict(data: Any, *, base_dir: Path, import_trainer: bool = True) -
             raise SpecError(f"objectives.{i}.metric", f"{obj.metric!r} is listed twice",
                             "list each objective metric once")
         seen.add(obj.metric)
-    paths = search_paths(base_dir)
+    paths = search_paths(base_dir, workdir)
     sweep = Sweep(spec=spec, base_dir=base_dir, base_config=base_config, space=space,
-                  trainer_paths=paths, output_dir=(Path.cwd() / spec.output / spec.name).resolve(),
-                  objectives=objectives, notes=notes)
+                  trainer_paths=paths, output_dir=(workdir / spec.output / spec.name).resolve(),
+                  objectives=objectives, workdir=workdir, notes=notes)
     _check_step_budget(sweep)
     if import_trainer:
         load_trainer(spec.trainer, paths)
@@ -368,12 +376,17 @@ def _check_step_budget(sweep: Sweep) -> None:
                         "the base config's runs)")
 
 
-def _resolve(rel: str, base_dir: Path) -> Path:
+#: Where relative paths in a sweep file are read: the sweep file's folder, then the folder
+#: sweeps was started from.
+Dirs = tuple[Path, Path]
+
+
+def _resolve(rel: str, dirs: Dirs) -> Path:
     p = Path(rel).expanduser()
     if p.is_absolute():
         return p
-    beside = base_dir / p
-    return beside if beside.exists() or not (Path.cwd() / p).exists() else Path.cwd() / p
+    beside, started = dirs[0] / p, dirs[1] / p
+    return beside if beside.exists() or not started.exists() else started
 
 
 #: ``extends: sweeps:<name>`` (or a ``search_spaces/<name>.yaml`` found nowhere else) names
@@ -381,7 +394,7 @@ def _resolve(rel: str, base_dir: Path) -> Path:
 PACKAGED_PREFIX = "sweeps:"
 
 
-def _space_file(rel: str, base_dir: Path) -> Path:
+def _space_file(rel: str, dirs: Dirs) -> Path:
     """A search space file: beside the sweep file or in the working directory (see
     :func:`_resolve`), else the copy shipped in the package, so ``search_spaces/default.yaml``
     works from any folder and any install; ``sweeps:default`` always means the shipped one."""
@@ -390,7 +403,7 @@ def _space_file(rel: str, base_dir: Path) -> Path:
     shipped = Path(str(files("sweeps") / "search_spaces"))
     if rel.startswith(PACKAGED_PREFIX):
         return shipped / f"{rel[len(PACKAGED_PREFIX):]}.yaml"
-    path = _resolve(rel, base_dir)
+    path = _resolve(rel, dirs)
     parts = Path(rel).parts
     if not path.exists() and len(parts) >= 2 and parts[-2] == "search_spaces" and \
             (shipped / parts[-1]).is_file():
@@ -398,10 +411,10 @@ def _space_file(rel: str, base_dir: Path) -> Path:
     return path
 
 
-def _base_config(value: str | dict[str, Any] | None, base_dir: Path) -> dict[str, Any]:
+def _base_config(value: str | dict[str, Any] | None, dirs: Dirs) -> dict[str, Any]:
     if value is None:
         return {}
-    data = read_yaml(_resolve(value, base_dir), "base_config") if isinstance(value, str) \
+    data = read_yaml(_resolve(value, dirs), "base_config") if isinstance(value, str) \
         else value
     if data is None:
         data = {}
@@ -419,9 +432,9 @@ def _base_config(value: str | dict[str, Any] | None, base_dir: Path) -> dict[str
     return dict(data)
 
 
-def _space(value: str | dict[str, Any], base_dir: Path) -> dict[str, _Knob]:
+def _space(value: str | dict[str, Any], dirs: Dirs) -> dict[str, _Knob]:
     if isinstance(value, str):
-        raw = read_yaml(_space_file(value, base_dir), "search_space")
+        raw = read_yaml(_space_file(value, dirs), "search_space")
         key_root = "search_space"
         if not isinstance(raw, Mapping):
             raise SpecError("search_space", f"{value} holds {a_type(raw)}, "
@@ -434,7 +447,7 @@ def _space(value: str | dict[str, Any], base_dir: Path) -> dict[str, _Knob]:
         if not isinstance(ext, str):
             raise SpecError("search_space.extends", "must be a path to a search space file",
                             "write e.g. 'extends: sweeps:default' (the six default knobs)")
-        base = read_yaml(_space_file(ext, base_dir), "search_space.extends")
+        base = read_yaml(_space_file(ext, dirs), "search_space.extends")
         if not isinstance(base, Mapping):
             raise SpecError("search_space.extends", f"{ext} holds {a_type(base)}, "
                             "not a mapping", "point it at a search space file")

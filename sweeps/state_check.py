@@ -83,7 +83,7 @@ def _text(folder: Path, path: Path, fix: str) -> str:
 _YAML_FIX = ("restore it from a backup or rewrite it: it is the sweep as it ran (your sweep "
              "file with base_config and search_space inline); `sweeps run` writes it afresh")
 _STATE_FIX = ('rewrite it as {"source": "<the sweep file>", "base_dir": "<the folder of the '
-              'sweep file>"}')
+              'sweep file>", "workdir": "<the folder sweeps was started from>"}')
 
 
 def check_sweep_files(folder: Path, *, required: bool = True) -> None:

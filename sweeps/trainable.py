@@ -34,7 +34,7 @@ from sweeps.rules.settings import RuleSettings
 from sweeps.rules.verdict import Verdict
 from sweeps.space import fixed_values
 from sweeps.spec import Sweep
-from sweeps.trainer_loader import load_trainer
+from sweeps.trainer_loader import add_search_paths, load_trainer
 
 
 def flat_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -77,8 +77,11 @@ def trial_settings(sweep: Sweep, values: dict[str, Any]) -> RuleSettings:
 
 
 def prepare_process(sweep: Sweep, threads: int) -> None:
-    """Per-process setup: torch threads and the shared compile cache."""
+    """Per-process setup for running trials: the trainer's folders on ``sys.path``, torch
+    threads and the shared compile cache."""
     import torch
+
+    add_search_paths(sweep.trainer_paths)
 
     torch.set_num_threads(max(1, threads))
     cache = sweep.output_dir / "inductor_cache"

@@ -7,7 +7,8 @@ import importlib
 import inspect
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,17 +17,31 @@ from sweeps.errors import SpecError, a_type
 Trainer = Callable[[dict, Callable[[dict], None]], None]
 
 
-def search_paths(sweep_dir: Path, cwd: Path | None = None) -> list[str]:
-    """Folders a trainer module is imported from: the sweep file's folder, then cwd."""
-    paths = [str(sweep_dir.resolve()), str((cwd or Path.cwd()).resolve())]
+def search_paths(sweep_dir: Path, workdir: Path) -> list[str]:
+    """Folders a trainer module is imported from: the sweep file's folder, then the folder
+    sweeps was started from."""
+    paths = [str(sweep_dir.resolve()), str(workdir.resolve())]
     return list(dict.fromkeys(paths))
 
 
 def add_search_paths(paths: Sequence[str]) -> None:
-    """Put ``paths`` at the front of ``sys.path`` (once each)."""
+    """Put ``paths`` at the front of ``sys.path`` (once each) for good: only in the process
+    a trial runs in, where the trainer may import its own modules at any time."""
     for p in reversed(paths):
         if p not in sys.path:
             sys.path.insert(0, p)
+
+
+@contextmanager
+def on_sys_path(paths: Sequence[str]) -> Iterator[None]:
+    """``paths`` at the front of ``sys.path`` for the block; ``sys.path`` is restored after
+    (modules imported meanwhile stay imported)."""
+    saved = list(sys.path)
+    add_search_paths(paths)
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
 
 
 def load_trainer(target: str, paths: Sequence[str] = (), key: str = "trainer") -> Trainer:
@@ -35,9 +50,9 @@ def load_trainer(target: str, paths: Sequence[str] = (), key: str = "trainer") -
     if not sep or not module_name or not func_name:
         raise SpecError(key, f"{target!r} is not of the form module:function",
                         "write e.g. 'trainers.direction:train' or 'my_train:train'")
-    add_search_paths(paths)
     try:
-        module = importlib.import_module(module_name)
+        with on_sys_path(paths):
+            module = importlib.import_module(module_name)
     except Exception as exc:  # noqa: BLE001 - any import failure is the user's to fix
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
         where = ", ".join(paths) if paths else "sys.path"

@@ -74,7 +74,9 @@ def _earlier_sweep(folder: Path) -> Sweep:
     try:
         state = read_sweep_state(folder)
         data = read_yaml(folder / "sweep.yaml", f"{FLAG} DIR/sweep.yaml")
-        return load_sweep_dict(data, base_dir=Path(state["base_dir"]), import_trainer=False)
+        base_dir = Path(state["base_dir"])
+        return load_sweep_dict(data, base_dir=base_dir, workdir=Path(
+            state.get("workdir") or base_dir), import_trainer=False)
     except SpecError as exc:
         raise SpecError(FLAG, f"{folder}/sweep.yaml cannot be read: {exc.key}: {exc.problem}",
                         _FIX) from None

@@ -13,15 +13,14 @@ from tests.conftest import edit_linreg, read_results_csv, run_cli_in
 
 
 def _run(folder, fail: str):
-    sweep = load_sweep(folder / "linreg.yaml")
+    sweep = load_sweep(folder / "linreg.yaml", workdir=folder)
     sweep.base_config["train"]["fail"] = fail
     results: list[dict] = []
     reporter = run_trainer(sweep, {"lr": 0.05}, "t1", results.append)
     return reporter, results
 
 
-def test_text_where_a_number_belongs_ends_the_trial_at_that_report(linreg_dir, monkeypatch):
-    monkeypatch.chdir(linreg_dir)
+def test_text_where_a_number_belongs_ends_the_trial_at_that_report(linreg_dir):
     reporter, results = _run(linreg_dir, "text")
     assert reporter.verdict.reason == "bad_metric" and reporter.verdict.step == 5
     assert reporter.verdict.evidence["metric"] == "loss"
@@ -31,8 +30,7 @@ def test_text_where_a_number_belongs_ends_the_trial_at_that_report(linreg_dir, m
     assert all(isinstance(v, (int, float)) for h in reporter.history for v in h.values())
 
 
-def test_a_trial_that_never_reports_its_objective_is_not_ok(linreg_dir, monkeypatch):
-    monkeypatch.chdir(linreg_dir)
+def test_a_trial_that_never_reports_its_objective_is_not_ok(linreg_dir):
     reporter, results = _run(linreg_dir, "no_val")
     assert results[-1]["sweeps/status"] == "crash"
     assert reporter.verdict.reason == "bad_metric"
@@ -56,8 +54,7 @@ def test_none_for_the_objective_is_a_bad_metric_and_none_elsewhere_is_not_report
 
 
 @pytest.mark.parametrize("fail", ["sys_exit", "os_exit"])
-def test_a_trainer_that_exits_is_a_crash_with_its_exit_code(linreg_dir, monkeypatch, fail):
-    monkeypatch.chdir(linreg_dir)
+def test_a_trainer_that_exits_is_a_crash_with_its_exit_code(linreg_dir, fail):
     reporter, results = _run(linreg_dir, fail)  # this process survives os._exit
     assert reporter.verdict.reason == "trainer_exit" and reporter.verdict.step == 4
     assert reporter.verdict.evidence["exit_code"] == 3

@@ -40,7 +40,7 @@ def _regression_sweep(folder: Path):
                          "compile": {"type": "categorical", "choices": ["none", "default"]}},
         "write_back": {"dropout": "model.dropout", "compile": "training.compile"},
         "rules": {"baseline_loss": 1.0}, "budget": {"trials": 3, "max_steps": 12},
-        "output": str(folder), "seed": 0}, base_dir=ROOT)
+        "output": str(folder), "seed": 0}, base_dir=ROOT, workdir=ROOT)
 
 
 def test_trials_in_one_process_each_compile_from_a_clean_state(tmp_path, monkeypatch):
@@ -78,12 +78,11 @@ def test_a_trial_that_hits_the_recompile_limit_is_flagged_and_off_the_step_time_
     """Evaluation under no_grad through the compiled model recompiles (grad_mode changed);
     with the limit at 1 dynamo runs it eagerly. The trial is warned about in trials.csv and
     its step_time is no objective value; the same trial under the default limit is not."""
-    monkeypatch.chdir(linreg_dir)
     edit_linreg(linreg_dir, train={"eval_compiled": True, "steps": 20, "compile": "none"},
                 search_space={"lr": {"type": "loguniform", "low": 1e-3, "high": 1.0},
                               "compile": {"type": "categorical", "choices": ["none", "default"]}},
                 write_back={"lr": "train.lr", "compile": "train.compile"})
-    sweep = load_sweep(linreg_dir / "linreg.yaml")
+    sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir)
     assert [o.metric for o in sweep.objectives][-1] == "step_time"
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "")
     prepare_process(sweep, 1)

@@ -18,29 +18,28 @@ def _write(folder, **extra):
     return folder / "sweep.yaml"
 
 
-def test_a_sweep_file_without_search_space_gets_the_shipped_default(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # no search_spaces/ here or beside the sweep file
-    sweep = load_sweep(_write(tmp_path), import_trainer=False)
+def test_a_sweep_file_without_search_space_gets_the_shipped_default(tmp_path):
+    # no search_spaces/ in the working directory or beside the sweep file
+    sweep = load_sweep(_write(tmp_path), workdir=tmp_path, import_trainer=False)
     assert sorted(sweep.space) == SIX
 
 
-def test_extends_can_name_the_shipped_space(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def test_extends_can_name_the_shipped_space(tmp_path):
     path = _write(tmp_path, search_space={"extends": "sweeps:default", "compile": "none",
                                           "lr": {"type": "loguniform", "low": 1e-4,
                                                  "high": 1e-2}})
-    sweep = load_sweep(path, import_trainer=False)
+    sweep = load_sweep(path, workdir=tmp_path, import_trainer=False)
     assert sorted(sweep.space) == SIX and sweep.space["lr"].high == 1e-2
     assert sweep.space["compile"].is_fixed()
 
 
-def test_a_space_file_of_your_own_wins_and_an_unknown_name_is_an_error(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def test_a_space_file_of_your_own_wins_and_an_unknown_name_is_an_error(tmp_path):
     (tmp_path / "search_spaces").mkdir()
     (tmp_path / "search_spaces" / "default.yaml").write_text(
         "lr: {type: loguniform, low: 1.0e-3, high: 1.0e-1}\n")
-    sweep = load_sweep(_write(tmp_path, write_back={"lr": "t.lr"}), import_trainer=False)
+    sweep = load_sweep(_write(tmp_path, write_back={"lr": "t.lr"}), workdir=tmp_path,
+                       import_trainer=False)
     assert list(sweep.space) == ["lr"]
     with pytest.raises(SpecError, match="search_space.extends"):
         load_sweep(_write(tmp_path, search_space={"extends": "sweeps:nope"}),
-                   import_trainer=False)
+                   workdir=tmp_path, import_trainer=False)

@@ -41,11 +41,9 @@ def _pruned(book: TrialBook, trial_id: str, lr: float, losses: list[float]) -> N
     book.finish(trial_id, None, error=False)  # ended neither ok nor failed: pruned
 
 
-def test_a_pruned_trial_carries_its_diagnosis_to_the_sampler_csv_and_report(linreg_dir,
-                                                                           monkeypatch):
-    monkeypatch.chdir(linreg_dir)
+def test_a_pruned_trial_carries_its_diagnosis_to_the_sampler_csv_and_report(linreg_dir):
     edit_linreg(linreg_dir, rules={"baseline_loss": 1.0, "flat_patience": 200})
-    sweep = load_sweep(linreg_dir / "linreg.yaml")
+    sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir)
     book = TrialBook(sweep)
     _pruned(book, "stuck", 1e-5, [1.0] * 40)
     _pruned(book, "slow", 1e-3, [1.0 - 0.01 * s for s in range(40)])

@@ -106,7 +106,7 @@ def test_cuda_out_of_memory_is_oom_with_the_error_line(linreg_dir, monkeypatch):
     monkeypatch.setitem(sys.modules, "oom_trainer", type(sys)("oom_trainer"))
     sys.modules["oom_trainer"].train = _oom_trainer
     edit_linreg(linreg_dir, trainer="oom_trainer:train", output=str(linreg_dir / "out"))
-    sweep = load_sweep(linreg_dir / "linreg.yaml")
+    sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir)
     results: list[dict] = []
     reporter = run_trainer(sweep, {"lr": 0.05}, "t0", results.append)
     final = results[-1]
@@ -134,7 +134,7 @@ def test_peak_gpu_memory_is_reported_per_trial(linreg_dir, monkeypatch):
     sys.modules["cuda_trainer"].train = _cuda_trainer
     edit_linreg(linreg_dir, trainer="cuda_trainer:train", output=str(linreg_dir / "out"),
                 resources={"cpu": 1, "gpu": 0.5})
-    sweep = load_sweep(linreg_dir / "linreg.yaml")
+    sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir)
     torch.ones(256, 2**20 // 4, device="cuda")  # 256 MiB before the trial: not its peak
     results: list[dict] = []
     run_trainer(sweep, {"lr": 0.05}, "t0", results.append)

@@ -39,14 +39,13 @@ def test_restarting_schedule_is_flagged_before_any_trial(linreg_dir, capsys, mon
     assert "allow_lr_restarts" in (out / "preflight.md").read_text()
 
 
-def test_healthy_schedule_and_raw_inputs(linreg_dir, monkeypatch):
-    monkeypatch.chdir(linreg_dir)
-    sweep, findings = run_preflight(load_sweep(linreg_dir / "hooked.yaml"))
+def test_healthy_schedule_and_raw_inputs(linreg_dir):
+    sweep, findings = run_preflight(load_sweep(linreg_dir / "hooked.yaml", workdir=linreg_dir))
     assert not [f for f in findings if f.level == "error"]
     assert [f.message for f in findings if f.check == "inputs"] == [
         "every input feature is on a sane scale"]
     _edit(linreg_dir, raw_inputs=True)
-    _, findings = run_preflight(load_sweep(linreg_dir / "hooked.yaml"))
+    _, findings = run_preflight(load_sweep(linreg_dir / "hooked.yaml", workdir=linreg_dir))
     inputs = [f for f in findings if f.check == "inputs"]
     assert [f.evidence["feature"] for f in inputs] == ["time"]
     assert inputs[0].level == "warning" and "normalise" in inputs[0].fix
@@ -62,9 +61,8 @@ def test_peak_above_the_sampled_lr_and_zero_lr(linreg_dir, monkeypatch):
     assert zero and "zero_lr" in zero[0].message
 
 
-def test_trainer_without_hooks_is_told_so(linreg_dir, monkeypatch):
-    monkeypatch.chdir(linreg_dir)
-    _, findings = run_preflight(load_sweep(linreg_dir / "linreg.yaml"))
+def test_trainer_without_hooks_is_told_so(linreg_dir):
+    _, findings = run_preflight(load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir))
     assert {f.check for f in findings} == {"schedule", "inputs"}
     assert all(f.level == "info" and "not checked" in f.message for f in findings)
 
@@ -85,7 +83,7 @@ def test_a_continuous_dropout_beside_compiled_modes_gets_a_note(linreg_dir):
     from sweeps.preflight.compile_check import shared_compiles
     from sweeps.space import Categorical, Uniform
 
-    sweep = load_sweep(linreg_dir / "linreg.yaml")
+    sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir)
     space = dict(sweep.space)
     assert shared_compiles(space, ["none", "default"]) == []  # no dropout knob
     space["dropout"] = Uniform(type="uniform", low=0.0, high=0.3)
@@ -96,19 +94,16 @@ def test_a_continuous_dropout_beside_compiled_modes_gets_a_note(linreg_dir):
     assert shared_compiles(space, ["default"]) == []
 
 
-def test_a_schedule_floor_above_the_low_end_of_the_lr_range_is_flagged(linreg_dir,
-                                                                        monkeypatch):
-    monkeypatch.chdir(linreg_dir)
+def test_a_schedule_floor_above_the_low_end_of_the_lr_range_is_flagged(linreg_dir):
     _edit(linreg_dir, min_lr=0.01)  # an absolute floor: lr 1e-3 would train at 1e-2
-    _, findings = run_preflight(load_sweep("hooked.yaml"))
+    _, findings = run_preflight(load_sweep("hooked.yaml", workdir=linreg_dir))
     errors = [f for f in findings if f.level == "error"]
     assert errors and all("lr=0.001" in f.message for f in errors)
     assert "peaks at 0.01" in errors[0].message
 
 
-def test_preflight_says_which_schedule_checks_ran(linreg_dir, monkeypatch):
-    monkeypatch.chdir(linreg_dir)
-    _, findings = run_preflight(load_sweep("hooked.yaml"))
+def test_preflight_says_which_schedule_checks_ran(linreg_dir):
+    _, findings = run_preflight(load_sweep("hooked.yaml", workdir=linreg_dir))
     ran = [f for f in findings if f.check == "schedule" and f.level == "info"]
     assert len(ran) == 1 and "6 knob settings" in ran[0].message
     assert "lr=0.001, warmup=0" in ran[0].message and "lr=0.1, warmup=10" in ran[0].message

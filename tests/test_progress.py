@@ -37,9 +37,8 @@ def _feed(progress, book, trial):
     progress.on_trial_complete(0, [], trial)
 
 
-def test_plain_lines_with_tally_and_best(linreg_dir, monkeypatch):
-    monkeypatch.chdir(linreg_dir)
-    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml"))
+def test_plain_lines_with_tally_and_best(linreg_dir):
+    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir))
     out = io.StringIO()
     progress = ProgressLines(book, 3, console=Console(file=out, width=200))
     _feed(progress, book, _trial("a", 0.1, 20, 0.5))
@@ -51,9 +50,8 @@ def test_plain_lines_with_tally_and_best(linreg_dir, monkeypatch):
     assert "non_finite 1, ok 2" in text and "s left with confirmation" in text
 
 
-def test_live_panel_on_a_terminal(linreg_dir, monkeypatch):
-    monkeypatch.chdir(linreg_dir)
-    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml"))
+def test_live_panel_on_a_terminal(linreg_dir):
+    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir))
     out = io.StringIO()
     console = Console(file=out, width=120, force_terminal=True)
     progress = ProgressLines(book, 2, console=console)
@@ -64,13 +62,12 @@ def test_live_panel_on_a_terminal(linreg_dir, monkeypatch):
     assert "1/2 done" in text and "best so far" in text and "val_loss 0.5 (a)" in text
 
 
-def test_step_budget_counts_steps(linreg_dir, monkeypatch):
-    monkeypatch.chdir(linreg_dir)
+def test_step_budget_counts_steps(linreg_dir):
     edit_linreg(linreg_dir, budget={"total_steps": 100}, confirm={"seeds": 0, "lr_probe": 0})
     data = yaml.safe_load((linreg_dir / "linreg.yaml").read_text())
     del data["budget"]["trials"]
     (linreg_dir / "linreg.yaml").write_text(yaml.safe_dump(data))
-    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml"))
+    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir))
     assert book.sweep.spec.budget.trial_cap is None
     out = io.StringIO()
     progress = ProgressLines(book, None, console=Console(file=out, width=200))
@@ -81,12 +78,11 @@ def test_step_budget_counts_steps(linreg_dir, monkeypatch):
     assert book.steps_spent() == 25
 
 
-def test_time_left_ignores_start_up_and_counts_confirmation(linreg_dir, monkeypatch):
+def test_time_left_ignores_start_up_and_counts_confirmation(linreg_dir):
     """Ray's start-up is not spread over what is left, no estimate is shown before as
     many trials finished as run at once (budget.concurrent: 2 here), and the steps
     confirmation keeps back are part of what is left."""
-    monkeypatch.chdir(linreg_dir)
-    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml"))
+    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir))
     progress = ProgressLines(book, 10, console=Console(file=io.StringIO(), width=200))
     progress.start, progress.first_result = 0.0, 30.0  # 30 s to start Ray and the trainer
     _feed(progress, book, _trial("a", 0.1, 20, 0.5))
@@ -103,15 +99,14 @@ def test_time_left_ignores_start_up_and_counts_confirmation(linreg_dir, monkeypa
         "~160s left with confirmation (+~90s if candidates prove fragile)")
 
 
-def test_a_step_budget_bounds_the_extra_confirmation_round(linreg_dir, monkeypatch):
+def test_a_step_budget_bounds_the_extra_confirmation_round(linreg_dir):
     """With ``budget.total_steps`` a later confirmation round only takes what is left of
     it: a budget the search and the first round spend leaves no extra time to tell."""
-    monkeypatch.chdir(linreg_dir)
     edit_linreg(linreg_dir, budget={"total_steps": 1000})
     data = yaml.safe_load((linreg_dir / "linreg.yaml").read_text())
     del data["budget"]["trials"]
     (linreg_dir / "linreg.yaml").write_text(yaml.safe_dump(data))
-    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml"))
+    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir))
     progress = ProgressLines(book, None, console=Console(file=io.StringIO(), width=200))
     progress.start, progress.first_result = 0.0, 30.0
     _feed(progress, book, _trial("a", 0.1, 20, 0.5))
@@ -120,11 +115,10 @@ def test_a_step_budget_bounds_the_extra_confirmation_round(linreg_dir, monkeypat
     assert "prove fragile" not in progress._time_text(now=40.0)
 
 
-def test_a_confirmation_stage_tells_its_own_time_left(linreg_dir, monkeypatch):
+def test_a_confirmation_stage_tells_its_own_time_left(linreg_dir):
     """A confirmation stage runs fixed full-length re-runs: its time left is its own runs
     still to go, and the line names the stage."""
-    monkeypatch.chdir(linreg_dir)
-    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml"))
+    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir))
     out = io.StringIO()
     progress = ProgressLines(book, 4, console=Console(file=out, width=200), stage="confirm-2")
     progress.start, progress.first_result = 0.0, 20.0

@@ -193,10 +193,9 @@ def test_bad_sweep_file_exits_2_and_submits_nothing(cluster, tmp_path, capsys):
 
 # --- what is sent, checked without a cluster ---------------------------------------------
 
-def test_entrypoint_and_runtime_env(linreg_dir, monkeypatch):
-    monkeypatch.chdir(linreg_dir.parent)
-    sub = package.build(str(linreg_dir / "linreg.yaml"), project_dir=str(linreg_dir.parent),
-                        storage="/shared/results", preflight=False, pip=["rich"],
+def test_entrypoint_and_runtime_env(linreg_dir):
+    sub = package.build(f"{linreg_dir.name}/linreg.yaml", workdir=linreg_dir.parent,
+                        project_dir=None, storage="/shared/results", preflight=False, pip=["rich"],
                         env_pairs=["OMP_NUM_THREADS=1"])
     rel = f"{linreg_dir.name}/linreg.yaml"
     assert sub.entrypoint == f"python -m sweeps run {rel} --output /shared/results --no-preflight"
@@ -211,8 +210,8 @@ def test_entrypoint_and_runtime_env(linreg_dir, monkeypatch):
 def test_sweep_file_outside_the_project_is_refused(linreg_dir, tmp_path_factory):
     other = tmp_path_factory.mktemp("elsewhere")
     with pytest.raises(SpecError) as err:
-        package.build(str(linreg_dir / "linreg.yaml"), project_dir=str(other), storage=None,
-                      preflight=True)
+        package.build(str(linreg_dir / "linreg.yaml"), workdir=other, project_dir=None,
+                      storage=None, preflight=True)
     assert err.value.key == "FILE" and "--project-dir" in err.value.fix
 
 

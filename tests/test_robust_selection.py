@@ -178,7 +178,7 @@ def test_a_step_budget_keeps_back_the_confirmation_steps(linreg_dir):
 
     edit_linreg(linreg_dir, budget={"total_steps": 3000, "max_steps": 60},
                 confirm={"seeds": 2, "lr_probe": 2.0, "keep": 3})
-    sweep = load_sweep(linreg_dir / "linreg.yaml", import_trainer=False)
+    sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir, import_trainer=False)
     # 3 candidates x (2 seeds + 1 probe) + the base config on 3 seeds, 60 steps each
     assert sweep.confirm_steps == (3 * 3 + 3) * 60
     assert sweep.search_steps == 3000 - 720
@@ -284,7 +284,7 @@ def test_racing_spends_a_fragile_candidates_other_runs_on_the_next_candidates(li
                 objectives=[{"metric": "val_loss", "mode": "min"}],
                 budget={"max_steps": steps, "total_steps": 320, "concurrent": 2},
                 confirm={"seeds": 2, "lr_probe": 2.0, "keep": 1, "max_candidates": 8})
-    sweep = load_sweep(linreg_dir / "linreg.yaml", import_trainer=False)
+    sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir, import_trainer=False)
     assert sweep.confirm_steps == 120
 
     def val_loss(lr: float, seed: int) -> float:  # the fragile region is lucky on seed 0
@@ -336,10 +336,10 @@ def test_the_quality_objective_has_its_own_random_guess_value(linreg_dir):
     edit_linreg(linreg_dir, rules={"baseline_loss": 2.531},
                 objectives=[{"metric": "val_loss", "mode": "min", "baseline": 1.5708},
                             {"metric": "instability", "mode": "min"}])
-    sweep = load_sweep(linreg_dir / "linreg.yaml", import_trainer=False)
+    sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir, import_trainer=False)
     assert sweep.quality_baseline == 1.5708
     edit_linreg(linreg_dir, objectives=[{"metric": "val_loss", "mode": "min"}])
-    assert load_sweep(linreg_dir / "linreg.yaml",
+    assert load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir,
                       import_trainer=False).quality_baseline == 2.531
     # worst seed 0.45 against 0.20: 20 % of the improvement over pi/2 (just within the
     # tolerance), but only 11 % of the improvement over the NLL's 2.531

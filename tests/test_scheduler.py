@@ -26,9 +26,8 @@ def _unstable(book: TrialBook, trial_id: str, step: int) -> None:
                            "sweeps/stop_step": step, "sweeps/evidence": "{}"})
 
 
-def _second_at_first_rung(linreg_dir, monkeypatch, failed_first: bool) -> str:
-    monkeypatch.chdir(linreg_dir)
-    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml"))
+def _second_at_first_rung(linreg_dir, failed_first: bool) -> str:
+    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir))
     asha = _asha(book)
     trials = {t: SimpleNamespace(trial_id=t) for t in ("nan", "good", "next")}
     for trial in trials.values():
@@ -44,10 +43,10 @@ def _second_at_first_rung(linreg_dir, monkeypatch, failed_first: bool) -> str:
     return asha.on_trial_result(None, trials["next"], {"step": 75, "val_loss": 0.6})
 
 
-def test_a_failed_trial_keeps_the_promotion_rate_of_its_rung(linreg_dir, monkeypatch):
+def test_a_failed_trial_keeps_the_promotion_rate_of_its_rung(linreg_dir):
     # 0.6 is behind the only stable trial at the rung: alone with it, ASHA stops it;
     # with the trial that went NaN before the rung counted, it is in the top third
-    assert _second_at_first_rung(linreg_dir, monkeypatch, failed_first=False) == \
+    assert _second_at_first_rung(linreg_dir, failed_first=False) == \
         TrialScheduler.STOP
-    assert _second_at_first_rung(linreg_dir, monkeypatch, failed_first=True) == \
+    assert _second_at_first_rung(linreg_dir, failed_first=True) == \
         TrialScheduler.CONTINUE

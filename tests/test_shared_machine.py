@@ -457,8 +457,8 @@ def test_the_listing_is_what_ray_packs(tmp_path):
     from ray._private.runtime_env.packaging import _zip_files
 
     project = _project(tmp_path / "proj")
-    sub = package.build(str(project / "exp" / "linreg.yaml"), project_dir=str(project),
-                        storage=None, preflight=True)
+    sub = package.build(str(project / "exp" / "linreg.yaml"), workdir=tmp_path,
+                        project_dir=str(project), storage=None, preflight=True)
     listed = {p.as_posix() for p in package.shipped_files(project,
                                                           sub.runtime_env["excludes"])}
     zipped = tmp_path / "pkg.zip"

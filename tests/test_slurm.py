@@ -212,10 +212,11 @@ def test_a_gpu_job_keeps_a_step_budget_without_a_trial_cap(linreg_dir):
     del data["budget"]["trials"]
     data["budget"]["total_steps"] = 5000
     (linreg_dir / "linreg.yaml").write_text(yaml.safe_dump(data))
-    sweep = load_sweep(linreg_dir / "linreg.yaml", import_trainer=False)
+    sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir, import_trainer=False)
     assert sweep.spec.budget.trial_cap is None
     shipped = yaml.safe_load(gpu_override(sweep))
     assert "trials" not in shipped["budget"] and shipped["resources"]["gpu"] == 1
-    again = load_sweep_dict(shipped, base_dir=linreg_dir, import_trainer=False)
+    again = load_sweep_dict(shipped, base_dir=linreg_dir, workdir=linreg_dir,
+                            import_trainer=False)
     assert again.spec.budget.trial_cap is None
     assert again.spec.budget.total_steps == 5000

@@ -155,7 +155,7 @@ def test_a_base_value_outside_a_log_range_is_not_an_error(linreg_dir):
     edit_linreg(linreg_dir, search_space={"lr": {"type": "loguniform", "low": 1e-5,
                                                  "high": 30.0}},
                 initial_points=[{}], train={"lr": 0.0})
-    sweep = load_sweep(linreg_dir / "linreg.yaml", import_trainer=False)
+    sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir, import_trainer=False)
     (point,) = initial_points(sweep)
     assert 1e-5 < point["lr"] < 30.0
 

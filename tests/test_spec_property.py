@@ -37,7 +37,7 @@ def _with_core(extra: dict) -> dict:
 def test_loader_only_raises_spec_errors(data):
     folder = Path(__file__).parent / "sweepfiles"
     try:
-        sweep = load_sweep_dict(data, base_dir=folder)
+        sweep = load_sweep_dict(data, base_dir=folder, workdir=folder)
     except SpecError as exc:
         assert exc.key and exc.problem and exc.fix
         assert "\n" not in exc.key

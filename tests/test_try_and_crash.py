@@ -49,9 +49,8 @@ def test_try_rejects_an_unknown_knob(linreg_dir, capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("fail,step", [("raise", 0), ("raise_late", 4)])
-def test_trainer_exception_is_a_crash_with_its_traceback(linreg_dir, monkeypatch, fail, step):
-    monkeypatch.chdir(linreg_dir)
-    sweep = load_sweep(linreg_dir / "linreg.yaml")
+def test_trainer_exception_is_a_crash_with_its_traceback(linreg_dir, fail, step):
+    sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir)
     sweep.base_config["train"]["fail"] = fail
     results = []
     reporter = run_trainer(sweep, {"lr": 0.05}, "t1", results.append)
@@ -104,7 +103,7 @@ def test_the_sampled_lr_a_trial_is_judged_against_includes_the_lr_probe(linreg_d
     from sweeps.protocol import LR_SCALE_KEY
     from sweeps.trainable import trial_settings, trial_values
 
-    sweep = load_sweep(linreg_dir / "linreg.yaml")
+    sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir)
     config = {"lr": 0.01, LR_SCALE_KEY: 2.0}
     assert trial_settings(sweep, trial_values(sweep, {"lr": 0.01})).sampled_lr == 0.01
     assert trial_settings(sweep, trial_values(sweep, config)).sampled_lr == 0.02

@@ -88,7 +88,7 @@ def test_the_search_starts_at_the_earlier_best_then_tpe_takes_over(sweeps):
     given the warm-started trials and that first trial (an in-memory study with the same
     sampler, trials and queue asks the same lr), not a cold start's."""
     folder, first, second, _ = sweeps
-    sweep = load_sweep(folder / "linreg.yaml", import_trainer=False)
+    sweep = load_sweep(folder / "linreg.yaml", workdir=folder, import_trainer=False)
     study = optuna.load_study(study_name="linreg-narrow",
                               storage=_journal(second / "optuna.journal"))
     warm = [t for t in study.trials if SOURCE_ATTR in t.user_attrs]

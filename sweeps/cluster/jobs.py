@@ -14,6 +14,7 @@ import os
 import sys
 import time
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from rich import box
@@ -189,8 +190,9 @@ def _duration(start: int | None, end: int | None) -> str:
 def cmd_submit(args: argparse.Namespace) -> int:
     from sweeps.cluster.package import build
 
-    sub = build(args.file, project_dir=args.project_dir, storage=args.storage,
-                preflight=not args.no_preflight, pip=args.pip or [], env_pairs=args.env or [])
+    sub = build(args.file, workdir=Path.cwd(), project_dir=args.project_dir,
+                storage=args.storage, preflight=not args.no_preflight, pip=args.pip or [],
+                env_pairs=args.env or [])
     if args.dry_run:
         return print_dry_run(sub)
     client = connect(args.address, args.allow_insecure_token)

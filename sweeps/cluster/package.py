@@ -11,8 +11,7 @@ import os
 import re
 import secrets
 import shlex
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path, PurePosixPath
@@ -56,29 +55,20 @@ class Submission:
                 "submission_id": self.submission_id, "metadata": self.metadata}
 
 
-@contextmanager
-def inside(folder: Path) -> Iterator[None]:
-    """Run the block with ``folder`` as working directory, as the job will on the cluster."""
-    before = Path.cwd()
-    os.chdir(folder)
-    try:
-        yield
-    finally:
-        os.chdir(before)
-
-
-def project_folder(project_dir: str | None) -> Path:
-    """The folder shipped as the job's working dir: ``--project-dir`` or the current one."""
-    folder = Path(project_dir).expanduser() if project_dir else Path.cwd()
+def project_folder(project_dir: str | None, workdir: Path) -> Path:
+    """The folder shipped as the job's working dir: ``--project-dir`` (relative to
+    ``workdir``, the folder sweeps was started from) or ``workdir`` itself."""
+    folder = workdir / Path(project_dir).expanduser() if project_dir else workdir
     if not folder.is_dir():
         raise SpecError("--project-dir", f"{folder} is not a folder",
                         "give the folder that holds your sweep file, trainer and configs")
     return folder.resolve()
 
 
-def relative_sweep_path(file: str, project: Path) -> PurePosixPath:
-    """The sweep file's path inside the project folder (what the job's command names)."""
-    path = Path(file).expanduser()
+def relative_sweep_path(file: str, project: Path, workdir: Path) -> PurePosixPath:
+    """The sweep file's path inside the project folder (what the job's command names);
+    a relative ``file`` starts at ``workdir``."""
+    path = workdir / Path(file).expanduser()
     if not path.is_file():
         raise SpecError("FILE", f"no sweep file at {path}", "give the path of a sweep YAML file")
     try:
@@ -183,22 +173,24 @@ def submission_id(sweep_name: str) -> str:
     return f"sweeps-{sweep_name}-{stamp}-{secrets.token_hex(2)}"
 
 
-def build(file: str, *, project_dir: str | None, storage: str | None, preflight: bool,
-          pip: Sequence[str] = (), env_pairs: Sequence[str] = ()) -> Submission:
+def build(file: str, *, workdir: Path, project_dir: str | None, storage: str | None,
+          preflight: bool, pip: Sequence[str] = (), env_pairs: Sequence[str] = ()
+          ) -> Submission:
     """Validate the sweep as the cluster will see it and build its submission.
 
-    The sweep file is loaded (trainer import included) from inside the project folder,
-    so relative paths resolve as they will in the job's working dir.
+    ``workdir`` is the folder sweeps was started from (relative ``file`` and
+    ``project_dir`` start there). The sweep file is loaded (trainer import included) with
+    the project folder as its working directory, so relative paths resolve as they will in
+    the job's working dir.
     """
     from sweeps.spec import load_sweep
 
-    project = project_folder(project_dir)
-    rel = relative_sweep_path(file, project)
+    project = project_folder(project_dir, workdir)
+    rel = relative_sweep_path(file, project, workdir)
     env = parse_env(env_pairs)
     if storage is not None and not storage.strip():
         raise SpecError("--storage", "is empty", "give a folder every node can reach")
-    with inside(project):
-        sweep = load_sweep(rel)
+    sweep = load_sweep(project / rel, workdir=project)
     renv = runtime_env(project, rel, output=sweep.spec.output, storage=storage, pip=pip,
                        env=env)
     return Submission(

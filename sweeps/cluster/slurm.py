@@ -56,11 +56,12 @@ class Plan:
     notes: list[str]
 
 
-def plan(args: argparse.Namespace, opts: JobOptions) -> Plan:
-    """Validate the sweep and the options here and render the script; nothing is written."""
+def plan(args: argparse.Namespace, opts: JobOptions, workdir: Path) -> Plan:
+    """Validate the sweep and the options here and render the script; nothing is written.
+    ``workdir`` is the folder sweeps was started from: the job runs there."""
     from sweeps.spec import load_sweep
 
-    sweep = load_sweep(args.file, output=args.output_dir)
+    sweep = load_sweep(args.file, workdir=workdir, output=args.output_dir)
     defaulted = _defaults_noted(opts)
     if opts.cpus_per_node is None:
         cpus = default_cpus(sweep, opts.nodes)
@@ -75,16 +76,16 @@ def plan(args: argparse.Namespace, opts: JobOptions) -> Plan:
         _check_partition(opts.partition)
     results = sweep.output_dir.parent
     folder = results / f"{sweep.name}.slurm"
-    _check_path("working directory", Path.cwd())
+    _check_path("working directory", workdir)
     _check_path("--output-dir", folder)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    sweep_file, override, pythonpath = Path(args.file).resolve(), None, ""
+    sweep_file, override, pythonpath = sweep.source or workdir / args.file, None, ""
     if opts.gpus_per_node and sweep.spec.resources.gpu == 0:
         override = gpu_override(sweep)
         sweep_file = folder / f"sweep-{stamp}.yaml"
         pythonpath = os.pathsep.join(sweep.trainer_paths)
     script = render(template, opts, name=sweep.name, python=sys.executable, ray=_ray_command(),
-                    sweep_file=sweep_file, results=results, workdir=Path.cwd(),
+                    sweep_file=sweep_file, results=results, workdir=workdir,
                     log=folder / "slurm-%j.out", pythonpath=pythonpath)
     return Plan(script=script, script_path=folder / f"sweep-{stamp}.sbatch",
                 sweep_file=sweep_file, override=override, results=results / sweep.name,
@@ -99,7 +100,7 @@ def cmd_slurm(args: argparse.Namespace) -> int:
                       gpus_per_node=args.gpus_per_node, time=args.time,
                       partition=args.partition, account=args.account,
                       port_base=args.port_base, auth=not args.no_auth)
-    job = plan(args, opts)
+    job = plan(args, opts, Path.cwd())
     if args.dry_run:
         print(job.script, end="")
         for note in job.notes:
@@ -136,7 +137,7 @@ def gpu_override(sweep: Sweep) -> str:
 
     data = sweep.resolved()
     data["resources"]["gpu"] = 1
-    load_sweep_dict(data, base_dir=sweep.base_dir, import_trainer=False)
+    load_sweep_dict(data, base_dir=sweep.base_dir, workdir=sweep.workdir, import_trainer=False)
     return yaml.safe_dump(data, sort_keys=False)
 
 

@@ -13,7 +13,7 @@ from sweeps.preflight.schedule_check import check_curve, lr_curve
 from sweeps.space import Categorical, Fixed, IntRange, LogUniform, Uniform, central_value
 from sweeps.spec import Sweep
 from sweeps.trainable import trial_settings
-from sweeps.trainer_loader import load_trainer
+from sweeps.trainer_loader import load_trainer, on_sys_path
 
 SCHEDULER_HOOK = "lr_scheduler"
 BATCH_HOOK = "sample_batch"
@@ -62,7 +62,14 @@ def _compile(sweep: Sweep, findings: list[Finding]) -> Sweep:
 
 
 def run_preflight(sweep: Sweep) -> tuple[Sweep, list[Finding]]:
-    """All checks; returns the sweep to run (unusable compile modes dropped) and the findings."""
+    """All checks; returns the sweep to run (unusable compile modes dropped) and the findings.
+    The trainer's folders are on ``sys.path`` while its hooks are imported and run (a hook
+    may import the trainer's own modules when called), and only then."""
+    with on_sys_path(sweep.trainer_paths):
+        return _checks(sweep)
+
+
+def _checks(sweep: Sweep) -> tuple[Sweep, list[Finding]]:
     findings: list[Finding] = []
     sweep = _compile(sweep, findings)
     steps = sweep.spec.budget.max_steps
