@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -175,6 +175,7 @@ class TrialBook:
         self.trials: dict[str, TrialRecord] = {}
         self.journal = Journal(sweep.output_dir / folder)
         self._worker_errors: dict[str, dict[str, Any]] = {}
+        self._listeners: list[Callable[[TrialRecord], None]] = []
 
     def __reduce__(self):
         return (_reopen_book, (self.sweep, self.folder))
@@ -264,8 +265,8 @@ class TrialBook:
         return rec
 
     def worker_failed(self, trial_id: str, error: str, log: str | None) -> None:
-        """What Ray said when the trial's worker failed; a trial already closed with the
-        bare fact gets these details (Ray tells the searcher before the callbacks)."""
+        """What Ray said when the trial's worker failed, for the trial's evidence when it is
+        closed (a trial already closed with the bare fact gets these details)."""
         detail = worker_failure(error, log)
         output = worker_log_path(self.sweep.output_dir / self.folder, trial_id)
         if output.is_file():  # kept by WorkerLogs, which Ray Tune calls first
@@ -293,8 +294,16 @@ class TrialBook:
             self._save_outcome(rec)
         return rec
 
+    def on_finish(self, listener: Callable[[TrialRecord], None]) -> None:
+        """Call ``listener(record)`` each time :meth:`finish` closes a trial (once saved)."""
+        if listener not in self._listeners:
+            self._listeners.append(listener)
+
     def finish(self, trial_id: str, result: Mapping[str, Any] | None, error: bool) -> TrialRecord:
-        """Close a trial: a trial that ended neither ok nor failed was pruned (or errored)."""
+        """Close a trial: a trial that ended neither ok nor failed was pruned (or errored).
+
+        Called by one owner, Ray Tune's ``TrialEvents`` callback; what else needs a
+        finished trial (the searcher telling Optuna) listens with :meth:`on_finish`."""
         rec = self._get(trial_id, (result or {}).get("config"))
         if rec.finished:
             return rec
@@ -311,6 +320,8 @@ class TrialBook:
         rec.finished = True
         self._save_outcome(rec)
         self.journal.close(trial_id)
+        for listener in list(self._listeners):
+            listener(rec)
         return rec
 
     def steps_spent(self, role: str = SEARCH) -> int:

@@ -93,7 +93,9 @@ class ProgressLines(Callback):
             self._live.update(self.panel())
 
     def _finished(self, trial: Any, error: bool) -> None:
-        rec = self.book.finish(trial.trial_id, trial.last_result, error)
+        rec = self.book.trials.get(trial.trial_id)
+        if rec is None or not rec.finished:  # closed by TrialEvents, called before this
+            return
         self.done += 1
         self.counts[rec.reason or rec.status] += 1
         self._update_best(rec)

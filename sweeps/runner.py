@@ -79,9 +79,8 @@ def run_configs(sweep: Sweep, book: TrialBook, configs: list[dict[str, Any]], na
         return
     path = sweep.output_dir / name
     if resume and tune.Tuner.can_restore(str(path)):
-        results = tune.Tuner.restore(str(path), _trainable(sweep), resume_unfinished=True,
-                                     resume_errored=True).fit()
-        _finish_all(book, results)
+        tune.Tuner.restore(str(path), _trainable(sweep), resume_unfinished=True,
+                           resume_errored=True).fit()
         return
     tuner = tune.Tuner(
         _trainable(sweep),
@@ -90,10 +89,5 @@ def run_configs(sweep: Sweep, book: TrialBook, configs: list[dict[str, Any]], na
             max_concurrent_trials=sweep.spec.budget.concurrent, reuse_actors=True,
             scheduler=WatchedFIFO(book, sweep.spec.budget.hang_timeout)),
         run_config=_run_config(sweep, name, book, len(configs), progress))
-    _finish_all(book, tuner.fit())
+    tuner.fit()
 
-
-def _finish_all(book: TrialBook, results: Any) -> None:
-    for result in results:
-        if result.metrics is not None and "trial_id" in result.metrics:
-            book.finish(result.metrics["trial_id"], result.metrics, result.error is not None)

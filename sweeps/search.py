@@ -23,7 +23,7 @@ from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from sweeps import compat
-from sweeps.book import TrialBook
+from sweeps.book import TrialBook, TrialRecord
 from sweeps.config_paths import get_path
 from sweeps.lr_check import lr_ignored
 from sweeps.protocol import FINAL_KEY, INTERRUPTED, PRUNED, STABILITY_CONSTRAINT
@@ -98,6 +98,12 @@ class StabilityAwareSearch(OptunaSearch):
                          mode=modes if multi else modes[0], sampler=make_sampler(sweep),
                          study_name=sweep.name, storage=storage,
                          points_to_evaluate=initial_points(sweep) or None)
+        book.on_finish(self.tell_outcome)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled from Ray Tune's saved state: listen to the (re-opened) book again."""
+        self.__dict__.update(state)
+        self.book.on_finish(self.tell_outcome)
 
     @property
     def study(self) -> optuna.Study:
@@ -108,6 +114,7 @@ class StabilityAwareSearch(OptunaSearch):
         (the results folder may have moved since the state was saved)."""
         super().restore(checkpoint_path)
         compat.reopen_optuna_search(self, study_storage(self.book.sweep))
+        self.book.on_finish(self.tell_outcome)
 
     def suggest(self, trial_id: str) -> dict | str | None:
         """The next config, or FINISHED once the search's share of ``budget.total_steps``
@@ -131,11 +138,16 @@ class StabilityAwareSearch(OptunaSearch):
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None,
                           error: bool = False) -> None:
+        """Nothing here: Ray Tune calls this before its callbacks, and the outcome is told
+        once ``TrialEvents`` closed the trial in the book (:meth:`tell_outcome`)."""
+
+    def tell_outcome(self, rec: TrialRecord) -> None:
+        """Tell Optuna a closed search trial's real outcome (see the module doc)."""
+        trial_id = rec.trial_id
         completed = compat.optuna_search_completed(self)
         ot_trials = compat.optuna_search_trials(self)
         if trial_id in completed or trial_id not in ot_trials:
             return
-        rec = self.book.finish(trial_id, result, error)
         if not getattr(self, "lr_problem", None):
             self.lr_problem = lr_ignored(self.book.trials.values())
         ot_trial, study = ot_trials[trial_id], self.study

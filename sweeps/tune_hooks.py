@@ -29,13 +29,21 @@ class RuleStopper(Stopper):
 
 
 class TrialEvents(Callback):
-    """Ray Tune callback: counts the retries of trials whose worker died."""
+    """Ray Tune callback, the one owner of a trial's end: closes it in the book (which
+    tells the searcher, see :meth:`TrialBook.on_finish`), with what Ray said when its
+    worker failed; counts the retries of trials whose worker died.
+
+    A callback, not the searcher: confirmation and stability runs have no searcher, and
+    a callback sees every end (complete, error, a pending trial removed)."""
 
     def __init__(self, book: TrialBook) -> None:
         self.book = book
 
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.book.mark_retry(trial.trial_id)
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self.book.finish(trial.trial_id, trial.last_result, error=False)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         local, name = trial.error_file, trial.run_metadata.error_filename
@@ -45,6 +53,7 @@ class TrialEvents(Callback):
             text = ""
         kept = str(Path(trial.path, name)) if trial.path and name else local
         self.book.worker_failed(trial.trial_id, text, kept)
+        self.book.finish(trial.trial_id, trial.last_result, error=True)
 
 
 class WorkerLogs(Callback):

@@ -12,6 +12,7 @@ from rich.console import Console
 from sweeps.book import TrialBook
 from sweeps.progress import ProgressLines
 from sweeps.spec import load_sweep
+from sweeps.tune_hooks import TrialEvents
 from tests.conftest import edit_linreg
 
 
@@ -34,6 +35,7 @@ def _feed(progress, book, trial):
     for h in trial.history if final else trial.history[:-1]:
         book.record(trial.trial_id, {**h, "config": trial.last_result["config"]})
     book.record(trial.trial_id, trial.last_result)
+    TrialEvents(book).on_trial_complete(0, [], trial)  # Ray Tune calls it first: it closes
     progress.on_trial_complete(0, [], trial)
 
 
