@@ -91,12 +91,13 @@ def test_report_reads_back_what_was_written(written: tuple[Sweep, pd.DataFrame])
     assert "'=cmd" in raw
 
 
-def test_report_summary_counts_and_taxonomy(written: tuple[Sweep, pd.DataFrame]) -> None:
+def test_report_taxonomy_of_failures(written: tuple[Sweep, pd.DataFrame]) -> None:
     sweep, _ = written
     res = report.load(sweep.output_dir)
     tax = report.taxonomy(res)
     assert [t["reason"] for t in tax] == ["divergence", "crash", "pruned · flat_at_baseline"]
-    assert tax[0]["stop_step"] and tax[0]["trials"] == 1
+    assert [t["trials"] for t in tax] == [1, 1, 1]
+    assert tax[0]["status"] == "unstable" and tax[2]["status"] == "pruned"
 
 
 def test_histories_and_tracebacks_written_per_trial(written: tuple[Sweep, pd.DataFrame]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from sweeps.book import TrialRecord
 from sweeps.select import (
     INSTABILITY_NOISE,
@@ -14,7 +12,7 @@ from sweeps.select import (
     step_time_noise,
 )
 from sweeps.spec import Objective, Sweep
-from tests.unit.conftest import book_of, load_linreg, rec
+from tests.unit.conftest import book_of, rec
 
 QUALITY = Objective(metric="val_loss")
 UNSTABLE = Objective(metric="instability")
@@ -93,12 +91,11 @@ def test_step_time_within_its_relative_noise_is_a_tie(linreg_sweep: Sweep) -> No
     assert _ids(pareto_front(book, records, [QUALITY, SPEED])) == ["much_slower", "slower"]
 
 
-def test_compiled_label_that_ran_eagerly_has_no_step_time(tmp_path: Path) -> None:
-    sweep = load_linreg(tmp_path)
+def test_compiled_label_that_ran_eagerly_has_no_step_time(linreg_sweep: Sweep) -> None:
     eager = _timed("eager", 0.1, [0.1] * 10)
     eager.values["compile"] = "default"
     eager.compile = {"graphs": 0}
-    book = book_of(sweep, eager)
+    book = book_of(linreg_sweep, eager)
     assert book.objective_values(eager, [QUALITY, SPEED]) == [0.1, None]
     assert pareto_front(book, [eager], [QUALITY, SPEED]) == []
 
