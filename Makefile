@@ -1,11 +1,12 @@
-# Two entry points: `make quickstart` and `make test`. Both build .venv first.
+# Entry points: `make quickstart`, `make test` and `make test-fast` (no tests marked slow).
+# Each builds .venv first.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # The CPU build of torch; set TORCH_SPEC=torch for your platform's default build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup quickstart test lint clean
+.PHONY: setup quickstart test test-fast lint clean
 
 $(BIN)/sweeps: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +26,10 @@ lint: setup
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q
+
+test-fast: setup
+	$(BIN)/ruff check .
+	$(BIN)/pytest -q -m "not slow"
 
 clean:
 	rm -rf $(VENV) results

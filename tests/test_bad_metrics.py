@@ -61,6 +61,7 @@ def test_a_trainer_that_exits_is_a_crash_with_its_exit_code(linreg_dir, fail):
     assert results[-1]["sweeps/status"] == "crash"
 
 
+@pytest.mark.slow
 def test_exits_and_dead_workers_in_a_real_sweep(linreg_dir):
     """A trainer exit is one crash, not retried; a killed worker says which process died
     and where Ray's error file is."""

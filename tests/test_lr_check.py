@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import io
 
+import pytest
+
 from sweeps.book import TrialRecord
 from sweeps.lr_check import lr_ignored
 from tests.conftest import edit_linreg, run_cli_in
@@ -29,6 +31,7 @@ def test_the_same_reported_lr_across_a_tenfold_span_is_caught():
                        enumerate((1e-4, 1e-2, 1.0))]) is None, "search trials only"
 
 
+@pytest.mark.slow
 def test_a_sweep_that_tunes_nothing_stops_and_exits_2(linreg_dir, ray_session):
     edit_linreg(linreg_dir, name="deaf", new_keys=True,
                 write_back={"lr": "train.lr_unused"},  # the trainer reads train.lr

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.conftest import edit_linreg, read_results_csv
+from tests.conftest import edit_linreg, read_results_csv, skip_or_fail
 from tests.test_ray_cluster import SCRIPTS, _cluster_python, cluster_env
 
 pytestmark = pytest.mark.slow
@@ -50,7 +50,7 @@ def _last_steps(folder: Path) -> dict[str, int]:
 def test_killing_a_worker_node_retries_its_trial_from_the_checkpoint(linreg_dir):
     py = _cluster_python()
     if py is None:
-        pytest.skip("no Python with ray[default] for the cluster")
+        skip_or_fail("no Python with ray[default] for the cluster")
     state = Path(tempfile.mkdtemp(prefix="swn-", dir="/tmp"))
     env = cluster_env(state, py)
     start = subprocess.run([str(SCRIPTS / "start-local-cluster.sh")], env=env, text=True,

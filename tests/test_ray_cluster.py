@@ -24,7 +24,7 @@ import yaml
 from sweeps.cli import main
 from sweeps.cluster import jobs, package
 from sweeps.errors import SpecError
-from tests.conftest import SWEEPFILES
+from tests.conftest import SWEEPFILES, skip_or_fail
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "cluster" / "ray"
@@ -75,7 +75,7 @@ def cluster_state():
     """A fresh local two-node cluster: (its Jobs API URL, its state folder)."""
     py = _cluster_python()
     if py is None:
-        pytest.skip("no Python with ray[default] (the Jobs API) for the cluster: install "
+        skip_or_fail("no Python with ray[default] (the Jobs API) for the cluster: install "
                     "ray[default] or set SWEEPS_RAY_PYTHON")
     state = Path(tempfile.mkdtemp(prefix="swr-", dir="/tmp"))  # Ray's socket paths are short
     env = cluster_env(state, py)

@@ -17,6 +17,7 @@ from matplotlib.image import imread
 
 from sweeps import plots
 from sweeps.report import summary, write_report
+from tests.conftest import skip_or_fail
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 KNOBS = ("lr", "grad_clip", "dropout", "weight_decay", "warmup", "compile")
@@ -274,7 +275,7 @@ def _chromium(tmp_path: Path, *args: str) -> str:
 @pytest.mark.slow
 def test_page_in_headless_chromium(tmp_path: Path) -> None:
     if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
-        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+        skip_or_fail("chromium is not installed (apt-get install -y chromium)")
     folder = make_sweep(tmp_path / "demo")
     page = _report(folder)
     n = len(_images(page))

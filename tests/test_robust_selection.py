@@ -108,6 +108,7 @@ def fragile_run(tmp_path_factory, ray_session):
     return folder / "results" / "fragile"
 
 
+@pytest.mark.slow
 def test_a_fragile_best_is_never_handed_over(fragile_run, capsys):
     trials = read_results_csv(fragile_run / "trials.csv")
     search = trials[trials["role"] == "search"]
@@ -160,6 +161,7 @@ def test_a_fragile_best_is_never_handed_over(fragile_run, capsys):
         assert history[-1]["val_loss"] < own * 1.2, f"fresh seed {seed}"
 
 
+@pytest.mark.slow
 def test_report_shows_every_seed_and_why_a_candidate_was_fragile(fragile_run, capsys):
     import json
 
@@ -184,6 +186,7 @@ def test_a_step_budget_keeps_back_the_confirmation_steps(linreg_dir):
     assert sweep.search_steps == 3000 - 720
 
 
+@pytest.mark.slow
 def test_with_a_step_budget_confirmation_stops_where_the_budget_ends(linreg_dir, ray_session,
                                                                      capsys):
     # keep 1: round 1 re-runs one candidate (3 runs) and the base config (3 runs), the
@@ -220,6 +223,7 @@ def test_with_a_step_budget_confirmation_stops_where_the_budget_ends(linreg_dir,
     assert "confirmation stopped after 1 candidate(s)" in (out / "report.html").read_text()
 
 
+@pytest.mark.slow
 def test_configs_the_scheduler_pruned_are_confirmed_when_the_survivors_are_fragile(
         tmp_path_factory, ray_session, capsys):
     """ASHA keeps what is best on the (lucky) search seed: here every survivor is fragile

@@ -15,6 +15,7 @@ import yaml
 from sweeps.cluster.slurm import add_commands
 from sweeps.cluster.slurm_render import TEMPLATE, JobOptions, port_block, time_seconds, validate
 from sweeps.errors import SpecError
+from tests.conftest import skip_or_fail
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCAL_SLURM = ROOT / "cluster" / "slurm" / "local-slurm.sh"
@@ -40,9 +41,9 @@ def slurm() -> None:
         done = subprocess.run([str(LOCAL_SLURM), "start"], capture_output=True, text=True,
                               timeout=300)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"local SLURM could not be started: {exc}")
+        skip_or_fail(f"local SLURM could not be started: {exc}")
     if done.returncode != 0:
-        pytest.skip(f"local SLURM could not be installed/started: {done.stderr.strip()}")
+        skip_or_fail(f"local SLURM could not be installed/started: {done.stderr.strip()}")
 
 
 @pytest.fixture

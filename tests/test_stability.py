@@ -18,8 +18,6 @@ from sweeps.book import TrialRecord
 from sweeps.cli import main
 from tests.conftest import edit_linreg
 
-pytestmark = pytest.mark.slow
-
 NOISY_TRAINER = '''"""linreg_trainer's data with label noise drawn afresh at every step: the
 weights jitter around the optimum by an amount that grows with the LR, so the
 clean validation loss gets worse with the LR well before the LR gets unstable."""
@@ -59,6 +57,7 @@ def train(config, report):
 '''
 
 
+@pytest.mark.slow
 def test_lr_grid_places_the_boundary_and_recommends_below_it(linreg_dir, ray_session,
                                                             capsys, monkeypatch):
     monkeypatch.chdir(linreg_dir)
@@ -88,6 +87,7 @@ def test_lr_grid_places_the_boundary_and_recommends_below_it(linreg_dir, ray_ses
     assert "val_loss (min–max)" in md and "'stable, poor' = more than 10% worse" in md
 
 
+@pytest.mark.slow
 def test_recommends_the_best_quality_safe_value_not_the_largest(linreg_dir, ray_session,
                                                                 capsys, monkeypatch):
     monkeypatch.chdir(linreg_dir)
@@ -149,6 +149,7 @@ def test_recommendation_follows_the_objective_mode():
     assert marks[(1e-3,)] == "stable" and marks[(1e-2,)] == "stable, poor"
 
 
+@pytest.mark.slow
 def test_two_knob_map_and_clip_warning(linreg_dir, ray_session, capsys, monkeypatch):
     monkeypatch.chdir(linreg_dir)
     data = yaml.safe_load((linreg_dir / "linreg.yaml").read_text())
@@ -208,6 +209,7 @@ def test_a_trainer_that_raises_is_crashed_not_explodes():
     assert mixed.verdict() in ("explodes", "borderline")
 
 
+@pytest.mark.slow
 def test_stability_and_run_of_one_sweep_keep_their_own_files(linreg_dir, ray_session,
                                                              monkeypatch):
     monkeypatch.chdir(linreg_dir)

@@ -1,0 +1,165 @@
+"""The pure parts of confirmation: the re-run plan, verdicts from a hand-filled book,
+how many hold, and how many candidates a step budget can still afford."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from sweeps.book import TrialBook, TrialRecord
+from sweeps.confirm import _affordable, _holding, fresh_seeds, judge, plan
+from sweeps.spec import Sweep
+from sweeps.trainable import LR_SCALE_KEY, ROLE_KEY, SEED_KEY
+from tests.unit.conftest import book_of, load_linreg, rec
+
+
+def _sweep(tmp_path: Path, **confirm: object) -> Sweep:
+    """linreg with ``confirm`` settings (baseline_loss 1.0, tolerance 0.2 by default)."""
+    return load_linreg(tmp_path, confirm={"seeds": 2, "lr_probe": 2.0, **confirm})
+
+
+def _rerun(of: str, seed: int, val_loss: float | None, status: str = "ok",
+           kind: str = "confirm", **extra: object) -> TrialRecord:
+    r = rec(f"{kind}-{of}-{seed}", status=status, role=f"{kind}:{of}", seed=seed,
+            **({} if val_loss is None else {"val_loss": val_loss}))
+    for key, value in extra.items():
+        setattr(r, key, value)
+    return r
+
+
+def _judged(sweep: Sweep, cand: TrialRecord, *runs: TrialRecord, on_front: bool = True):
+    book = book_of(sweep, cand, *runs)
+    return judge(sweep, book, cand, on_front)
+
+
+def test_plan_screen_finish_all(tmp_path: Path) -> None:
+    sweep = _sweep(tmp_path, seeds=3)
+    cand = rec("c1", values={"lr": 0.05}, seed=0)
+    assert fresh_seeds(sweep) == [1, 2, 3]
+    screen = plan(sweep, [cand], "screen")
+    assert screen == [{"lr": 0.05, SEED_KEY: 1, ROLE_KEY: "confirm:c1", LR_SCALE_KEY: None}]
+    finish = plan(sweep, [cand], "finish")
+    assert [r[SEED_KEY] for r in finish] == [2, 3, 0]
+    assert finish[-1] == {"lr": 0.05, SEED_KEY: 0, LR_SCALE_KEY: 2.0, ROLE_KEY: "probe:c1"}
+    assert plan(sweep, [cand]) == screen + finish
+
+
+def test_plan_without_probe_or_seeds(tmp_path: Path) -> None:
+    sweep = _sweep(tmp_path, seeds=0, lr_probe=0)
+    assert plan(sweep, [rec("c1")]) == []
+
+
+def test_confirmed_on_every_fresh_seed(tmp_path: Path) -> None:
+    sweep = _sweep(tmp_path)
+    cand = rec("c", val_loss=0.10)
+    conf = _judged(sweep, cand, _rerun("c", 2, 0.12), _rerun("c", 1, 0.11),
+                   _rerun("c", 0, 0.13, kind="probe"))
+    assert conf.verdict == "confirmed" and conf.holds and conf.fragile_reason is None
+    assert conf.seeds == [1, 2]  # sorted by seed
+    assert conf.by_seed == {0: 0.10, 1: 0.11, 2: 0.12}
+    assert conf.mean == pytest.approx(0.115)  # fresh seeds only
+    assert conf.worst == 0.12 and conf.best == 0.10
+    assert conf.spread == pytest.approx(0.02 / 0.9)  # share of the improvement over 1.0
+    assert conf.lr_sensitivity == pytest.approx(0.3)
+
+
+def test_unstable_fresh_seed_is_fragile(tmp_path: Path) -> None:
+    sweep = _sweep(tmp_path)
+    cand = rec("c", val_loss=0.10)
+    blown = _rerun("c", 1, None, status="unstable", reason="divergence", stop_step=7)
+    conf = _judged(sweep, cand, blown)
+    assert conf.verdict == "fragile" and not conf.holds
+    assert conf.fragile_reason == ("unstable on a fresh seed: seed 1: divergence @ 7 (settled "
+                                   "by 1 of 3 confirmation runs; the rest were not run)")
+
+
+def test_unstable_probe_is_fragile(tmp_path: Path) -> None:
+    sweep = _sweep(tmp_path)
+    cand = rec("c", val_loss=0.10)
+    probe = _rerun("c", 0, None, status="crash", kind="probe", stop_step=3)
+    conf = _judged(sweep, cand, _rerun("c", 1, 0.1), _rerun("c", 2, 0.1), probe)
+    assert conf.verdict == "fragile" and conf.lr_sensitivity == math.inf
+    assert conf.fragile_reason == "LR probe unstable: crash @ 3"
+
+
+def test_seed_gap_beyond_tolerance_is_fragile(tmp_path: Path) -> None:
+    sweep = _sweep(tmp_path)
+    cand = rec("c", val_loss=0.10)
+    conf = _judged(sweep, cand, _rerun("c", 1, 0.40), _rerun("c", 2, 0.11),
+                   _rerun("c", 0, 0.1, kind="probe"))
+    assert conf.verdict == "fragile"
+    assert conf.fragile_reason.startswith("seed 1: val_loss 0.4 against seed 0's 0.1, 33% "
+                                          "of its improvement over the random-guess loss")
+
+
+def test_missing_reruns_are_incomplete(tmp_path: Path) -> None:
+    sweep = _sweep(tmp_path)
+    conf = _judged(sweep, rec("c", val_loss=0.1), _rerun("c", 1, 0.1))
+    assert conf.verdict == "incomplete"
+    assert conf.fragile_reason == "only 1 of 3 confirmation runs recorded"
+    unfinished = _rerun("c", 2, 0.1, finished=False)
+    assert _judged(sweep, rec("c", val_loss=0.1), unfinished).seeds == []
+
+
+def test_unreported_quality_is_incomplete(tmp_path: Path) -> None:
+    sweep = _sweep(tmp_path, lr_probe=0)
+    conf = _judged(sweep, rec("c", val_loss=0.1), _rerun("c", 1, 0.1), _rerun("c", 2, None))
+    assert conf.verdict == "incomplete"
+    assert conf.fragile_reason == "no val_loss reported on seed(s) [2]"
+
+
+def test_no_seeds_planned_is_unconfirmed(tmp_path: Path) -> None:
+    sweep = _sweep(tmp_path, seeds=0, lr_probe=0)
+    conf = _judged(sweep, rec("c", val_loss=0.1))
+    assert conf.verdict == "unconfirmed" and conf.holds and not conf.confirmed
+    assert conf.mean == 0.1  # the search seed's when no fresh seed ran
+
+
+def test_pruned_search_run_is_not_counted(tmp_path: Path) -> None:
+    sweep = _sweep(tmp_path, lr_probe=0)
+    cand = rec("c", status="pruned", val_loss=0.9)
+    conf = _judged(sweep, cand, _rerun("c", 1, 0.1), _rerun("c", 2, 0.1))
+    assert conf.search.stop_step == 10
+    assert conf.verdict == "confirmed" and conf.worst == 0.1
+
+
+def test_holding_marks_far_off_front_candidates_poor(tmp_path: Path) -> None:
+    sweep = _sweep(tmp_path, lr_probe=0)
+    good = _judged(sweep, rec("good", val_loss=0.1), _rerun("good", 1, 0.1),
+                   _rerun("good", 2, 0.1))
+    far = _judged(sweep, rec("far", val_loss=0.5), _rerun("far", 1, 0.5),
+                  _rerun("far", 2, 0.5), on_front=False)
+    near = _judged(sweep, rec("near", val_loss=0.2), _rerun("near", 1, 0.2),
+                   _rerun("near", 2, 0.2), on_front=False)
+    front_far = _judged(sweep, rec("ff", val_loss=0.5), _rerun("ff", 1, 0.5),
+                        _rerun("ff", 2, 0.5), on_front=True)
+    assert _holding([good, far, near, front_far]) == 3
+    assert far.verdict == "poor" and far.poor_against == 0.1
+    assert "44% behind the best confirmed config's 0.1" in far.fragile_reason
+    assert near.holds and front_far.holds
+    assert _holding([far]) == 1 and far.verdict == "confirmed"  # judged afresh each time
+    assert _holding([]) == 0
+
+
+def _spent(sweep: Sweep, steps: int) -> TrialBook:
+    r = rec("s")
+    r.history = [{"step": steps}]
+    return book_of(sweep, r)
+
+
+def test_affordable_without_step_budget_takes_what_is_needed(tmp_path: Path) -> None:
+    sweep = _sweep(tmp_path)
+    queue = [rec(f"c{i}") for i in range(5)]
+    assert _affordable(sweep, _spent(sweep, 10_000), queue, 3) == 3
+
+
+def test_affordable_counts_full_reruns_left_in_the_step_budget(tmp_path: Path) -> None:
+    sweep = load_linreg(tmp_path, budget={"total_steps": 1000},
+                        confirm={"seeds": 2, "lr_probe": 2.0})
+    queue = [rec(f"c{i}") for i in range(5)]
+    # each candidate costs 3 re-runs x 60 steps = 180 steps
+    assert _affordable(sweep, _spent(sweep, 1000 - 400), queue, 4) == 2
+    assert _affordable(sweep, _spent(sweep, 1000 - 179), queue, 4) == 0
+    assert _affordable(sweep, _spent(sweep, 0), queue, 1) == 1

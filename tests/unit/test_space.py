@@ -1,0 +1,87 @@
+"""Search-space knobs: validation, Optuna distributions, fixed and central values."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import optuna
+import pytest
+from pydantic import TypeAdapter, ValidationError
+
+from sweeps import space as sp
+from sweeps.errors import SpecError
+from tests.unit.conftest import load_linreg
+
+KNOB = TypeAdapter(sp.Knob)
+
+
+def knob(**entry: object):
+    return KNOB.validate_python(entry)
+
+
+def test_entries_pick_their_knob_type() -> None:
+    assert isinstance(knob(type="loguniform", low=1e-4, high=1.0), sp.LogUniform)
+    assert isinstance(knob(type="uniform", low=0, high=0.3), sp.Uniform)
+    assert isinstance(knob(type="int", low=1, high=8), sp.IntRange)
+    assert isinstance(knob(type="categorical", choices=["a", None]), sp.Categorical)
+    assert isinstance(knob(type="fixed", value={"any": 1}), sp.Fixed)
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"type": "loguniform", "low": 0, "high": 1}, "greater than 0"),
+    ({"type": "loguniform", "low": 1, "high": 0.1}, "low must not exceed high"),
+    ({"type": "uniform", "low": 2, "high": 1}, "low must not exceed high"),
+    ({"type": "int", "low": 0, "high": 8, "log": True}, "needs low >= 1"),
+    ({"type": "int", "low": 1, "high": 8, "log": True, "step": 2}, "takes no step"),
+    ({"type": "int", "low": 1, "high": 8, "step": 0}, "greater than or equal to 1"),
+    ({"type": "categorical", "choices": []}, "at least 1 item"),
+    ({"type": "uniform", "low": 0, "high": 1, "log": True}, "Extra inputs"),
+    ({"type": "normal", "low": 0, "high": 1}, "does not match any of the expected tags"),
+])
+def test_bad_entries_are_refused(entry: dict, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        KNOB.validate_python(entry)
+
+
+def test_bad_knob_in_a_sweep_file_is_a_spec_error_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as info:
+        load_linreg(tmp_path, search_space={"lr": {"type": "loguniform", "low": 1.0,
+                                                   "high": 0.1}})
+    assert "search_space.lr" in info.value.key and info.value.exit_code == 2
+
+
+def test_distributions_and_fixed_knobs() -> None:
+    space = {"lr": knob(type="loguniform", low=1e-4, high=1.0),
+             "layers": knob(type="int", low=2, high=10, step=2),
+             "opt": knob(type="categorical", choices=["adam"]),
+             "wd": knob(type="fixed", value=0.1)}
+    dists = sp.optuna_space(space)
+    assert dists == {"lr": optuna.distributions.FloatDistribution(1e-4, 1.0, log=True),
+                     "layers": optuna.distributions.IntDistribution(2, 10, step=2)}
+    assert sp.fixed_values(space) == {"opt": "adam", "wd": 0.1}
+    with pytest.raises(ValueError, match="not fixed"):
+        sp.fixed_value(space["lr"])
+
+
+def test_central_values() -> None:
+    assert sp.central_value(knob(type="loguniform", low=1e-4, high=1.0)) == pytest.approx(1e-2)
+    assert sp.central_value(knob(type="uniform", low=0, high=0.3)) == pytest.approx(0.15)
+    assert sp.central_value(knob(type="int", low=1, high=10, step=3)) == 4
+    assert sp.central_value(knob(type="categorical", choices=["b", "a"])) == "b"
+    assert sp.central_value(knob(type="fixed", value=7)) == 7
+
+
+@pytest.mark.parametrize("entry, inside, outside", [
+    ({"type": "loguniform", "low": 1e-4, "high": 1.0}, [1e-4, 0.5, 1.0],
+     [0, -1.0, 2.0, "0.5", True, math.nan]),
+    ({"type": "uniform", "low": 0.0, "high": 0.3}, [0.0, 0.3, 0], [0.31, -0.1]),
+    ({"type": "int", "low": 2, "high": 10, "step": 2}, [2, 4, 10], [3, 12, 0]),
+    ({"type": "categorical", "choices": ["a", None]}, ["a", None], ["b", 1]),
+    ({"type": "categorical", "choices": ["only"]}, ["only"], ["other"]),
+    ({"type": "fixed", "value": 0.1}, [0.1], [0.2]),
+])
+def test_contains(entry: dict, inside: list, outside: list) -> None:
+    k = knob(**entry)
+    assert all(sp.contains(k, v) for v in inside), inside
+    assert not any(sp.contains(k, v) for v in outside), outside
