@@ -58,9 +58,9 @@ def test_installed_wheel_validates_and_renders_slurm_outside_the_repo(wheel, tmp
     # the dependencies (torch, ray, optuna…) from this environment, after the venv's own
     # packages: its .pth files (this checkout's editable install) are not read
     (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # no checkout on the path
     _run(sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-deps", wheel,
-         cwd=tmp_path)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+         cwd=tmp_path, env=env)
     work = tmp_path / "work"
     work.mkdir()
     (work / "my_train.py").write_text("def train(config, report):\n    report({'loss': 1.0})\n")

@@ -19,7 +19,7 @@ def load_linreg(folder: Path, **edits: Any) -> Sweep:
     copy_sweepfiles(folder)
     if edits:
         edit_linreg(folder, **edits)
-    return load_sweep(folder / "linreg.yaml", import_trainer=False,
+    return load_sweep(folder / "linreg.yaml", workdir=folder, import_trainer=False,
                       output=str(folder / "results"))
 
 
