@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import optuna
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+if TYPE_CHECKING:  # Optuna is imported when a distribution is built: loading a sweep is light
+    import optuna
 
 Scalar = bool | int | float | str
 
@@ -32,6 +34,8 @@ class LogUniform(_Knob):
         return self
 
     def distribution(self) -> optuna.distributions.BaseDistribution:
+        import optuna
+
         return optuna.distributions.FloatDistribution(self.low, self.high, log=True)
 
 
@@ -49,6 +53,8 @@ class Uniform(_Knob):
         return self
 
     def distribution(self) -> optuna.distributions.BaseDistribution:
+        import optuna
+
         return optuna.distributions.FloatDistribution(self.low, self.high)
 
 
@@ -72,6 +78,8 @@ class IntRange(_Knob):
         return self
 
     def distribution(self) -> optuna.distributions.BaseDistribution:
+        import optuna
+
         return optuna.distributions.IntDistribution(self.low, self.high, step=self.step,
                                                     log=self.log)
 
@@ -83,6 +91,8 @@ class Categorical(_Knob):
     choices: list[Scalar | None] = Field(min_length=1)
 
     def distribution(self) -> optuna.distributions.BaseDistribution:
+        import optuna
+
         return optuna.distributions.CategoricalDistribution(self.choices)
 
     def is_fixed(self) -> bool:
