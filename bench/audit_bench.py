@@ -1,7 +1,7 @@
 """False alarms: ``sweeps audit`` on real sweeps of the vMF direction MLP.
 
 Per seed, a real sweep (``run_sweep``: rules, stability-aware TPE, ASHA, no confirmation)
-runs efficiency.py's built-in ``direction-mlp`` case (``trainers.direction`` with
+runs efficiency.py's built-in ``direction-mlp`` case (``sweeps.trainers.direction`` with
 ``examples/configs/direction_mlp.yaml`` and its space); its first trials are the failure
 set of ``bench/cases/direction_mlp_failures.yaml`` (``--no-failure-points``: TPE alone).
 Then :func:`sweeps.audit.run_audit` re-runs every rule-stopped and every pruned search

@@ -43,8 +43,8 @@ TARGET = 0.25  # warm compile_s at most this share of cold
 
 #: Reference trainers: module, base config, the key of its training-set size.
 TRAINERS = {
-    "direction": ("trainers.direction:train", "direction.yaml", "n_events"),
-    "regression": ("trainers.regression:train", "regression.yaml", "n_train"),
+    "direction": ("sweeps.trainers.direction:train", "direction.yaml", "n_events"),
+    "regression": ("sweeps.trainers.regression:train", "regression.yaml", "n_train"),
 }
 
 

@@ -101,7 +101,7 @@ DIRECTION_PATHS = {"lr": "training.lr", "grad_clip": "training.grad_clip",
 
 BUILTIN = {
     "direction": {
-        "trainer": "trainers.direction:train",
+        "trainer": "sweeps.trainers.direction:train",
         "base": "examples/configs/direction.yaml",
         "overrides": {"data": {"n_events": 5000, "n_val": 500}},
         "space": DIRECTION_SPACE,
@@ -111,7 +111,7 @@ BUILTIN = {
     # The "small MLP direction task": an MLP with the vMF loss, where a high LR,
     # SGD without clipping or raw inputs give NaN, grad blowups and flat-at-baseline trials.
     "direction-mlp": {
-        "trainer": "trainers.direction:train",
+        "trainer": "sweeps.trainers.direction:train",
         "base": "examples/configs/direction_mlp.yaml",
         "overrides": {},
         "space": {**DIRECTION_SPACE,
@@ -121,7 +121,7 @@ BUILTIN = {
         "quality_baseline": 1.5708,  # val_loss is the mean angle: pi/2 for a random guess
     },
     "regression": {
-        "trainer": "trainers.regression:train",
+        "trainer": "sweeps.trainers.regression:train",
         "base": "examples/configs/regression.yaml",
         "overrides": {},
         "space": {

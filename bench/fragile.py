@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from sweeps import Monitor
-from trainers.regression import TEACHER_SEED_OFFSET, noisy_targets
+from sweeps.trainers.regression import TEACHER_SEED_OFFSET, noisy_targets
 
 SPURIOUS_SEED_OFFSET = 104_729
 

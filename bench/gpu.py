@@ -41,7 +41,7 @@ def sweep_dict(mode: str, packing: int, cpus: float, events: int, steps: int,
     base = yaml.safe_load((ROOT / "examples" / "configs" / "direction.yaml").read_text())
     base["data"]["n_events"] = events
     return {
-        "name": f"gpu-{mode}-x{packing}", "trainer": "trainers.direction:train",
+        "name": f"gpu-{mode}-x{packing}", "trainer": "sweeps.trainers.direction:train",
         "base_config": base,
         "search_space": {"lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2},
                          "compile": mode},

@@ -1,6 +1,6 @@
 """Data pipeline: the direction trainer's per-epoch shuffle against a naive per-item sampler.
 
-For 10 K, 100 K and 1 M events (``trainers.direction.make_dataset``), per epoch at batch 64:
+For 10 K, 100 K and 1 M events (``sweeps.trainers.direction.make_dataset``), per epoch at batch 64:
 
 - ``randperm``: ``shuffled_batches``' one ``torch.randperm(n)`` per epoch;
 - ``index pipeline``: ``shuffled_batches`` + ``Events.batch(index)`` for every batch of the
@@ -37,7 +37,7 @@ def step_time(events, steps: int = 30) -> float:
     """Median seconds of one training step of the reference model (1 thread)."""
     import torch
 
-    from trainers.direction import DirectionModel, angular_distance
+    from sweeps.trainers.direction import DirectionModel, angular_distance
 
     torch.manual_seed(0)
     model = DirectionModel()
@@ -72,7 +72,7 @@ def time_index_pipeline(events) -> float:
     """One epoch of shuffled_batches + Events.batch gathers."""
     import torch
 
-    from trainers.direction import shuffled_batches
+    from sweeps.trainers.direction import shuffled_batches
 
     n = len(events)
     batches = shuffled_batches(n, BATCH, torch.Generator().manual_seed(0))
@@ -120,7 +120,7 @@ def main() -> None:
         args.naive_full, args.naive_batches = 100_000, 300
     import torch
 
-    from trainers.direction import make_dataset
+    from sweeps.trainers.direction import make_dataset
 
     torch.set_num_threads(1)
     rows, raw = [], []

@@ -49,7 +49,7 @@ def load_trainer(target: str, paths: Sequence[str] = (), key: str = "trainer") -
     module_name, sep, func_name = target.partition(":")
     if not sep or not module_name or not func_name:
         raise SpecError(key, f"{target!r} is not of the form module:function",
-                        "write e.g. 'trainers.direction:train' or 'my_train:train'")
+                        "write e.g. 'sweeps.trainers.direction:train' or 'my_train:train'")
     try:
         with on_sys_path(paths):
             module = importlib.import_module(module_name)

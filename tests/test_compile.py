@@ -31,7 +31,7 @@ def _regression_sweep(folder: Path):
     """The reference regression trainer, tiny (a 2-layer MLP, 12 steps), dropout and compile
     searched: dropout is baked into the compiled graph as a constant."""
     return load_sweep_dict({
-        "name": "compiled", "trainer": "trainers.regression:train",
+        "name": "compiled", "trainer": "sweeps.trainers.regression:train",
         "base_config": {"data": {"n_train": 512, "n_val": 128},
                         "model": {"hidden": 32, "layers": 2, "dropout": 0.1},
                         "training": {"lr": 1e-3, "max_steps": 12, "eval_every": 6,

@@ -10,8 +10,14 @@ import pytest
 import torch
 import yaml
 
-from trainers import direction
-from trainers.direction import angular_distance, feature_stats, make_dataset, normalized, train
+from sweeps.trainers import direction
+from sweeps.trainers.direction import (
+    angular_distance,
+    feature_stats,
+    make_dataset,
+    normalized,
+    train,
+)
 
 BASE_CONFIG = Path(__file__).resolve().parents[1] / "examples" / "configs" / "direction.yaml"
 REQUIRED = ("step", "loss", "grad_norm", "lr", "nonfinite_grads", "dead_params", "clipped")

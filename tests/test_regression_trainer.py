@@ -13,8 +13,8 @@ import yaml
 
 from sweeps.reporter import TrialReporter, TrialStopped
 from sweeps.rules.settings import RuleSettings
-from trainers.direction import shuffled_batches
-from trainers.regression import Regressor, evaluate, make_datasets, train
+from sweeps.trainers.direction import shuffled_batches
+from sweeps.trainers.regression import Regressor, evaluate, make_datasets, train
 
 BASE_CONFIG = Path(__file__).resolve().parents[1] / "examples" / "configs" / "regression.yaml"
 REQUIRED = ("step", "loss", "grad_norm", "lr", "pred_std", "target_std", "step_time", "clipped")

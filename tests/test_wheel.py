@@ -77,3 +77,7 @@ def test_installed_wheel_validates_and_renders_slurm_outside_the_repo(wheel, tmp
                "--dry-run", cwd=work, env=env)
     assert "#SBATCH --nodes=1" in out and "@@" not in out and "dry run: nothing written" in out
     assert not (work / "results").exists()
+    # the reference trainers come inside the package, not as a generic top-level name
+    found = _run(py, "-c", "import importlib.util as u; print(u.find_spec('trainers') is None, "
+                 "u.find_spec('sweeps.trainers.direction').origin)", cwd=work, env=env).split()
+    assert found[0] == "True" and Path(found[1]).is_relative_to(venv)

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from sweeps import Monitor, compile_mode, compile_model
-from trainers.direction import make_scheduler, shuffled_batches
+from sweeps.trainers.direction import make_scheduler, shuffled_batches
 
 VAL_SEED_OFFSET = 1_000_003  # validation inputs use data.seed + this
 TEACHER_SEED_OFFSET = 7_919  # the target function uses data.seed + this
