@@ -4,7 +4,7 @@ Per seed, a real sweep (``run_sweep``: rules, stability-aware TPE, ASHA, no conf
 runs efficiency.py's built-in ``direction-mlp`` case (``sweeps.trainers.direction`` with
 ``examples/configs/direction_mlp.yaml`` and its space); its first trials are the failure
 set of ``bench/cases/direction_mlp_failures.yaml`` (``--no-failure-points``: TPE alone).
-Then :func:`sweeps.audit.run_audit` re-runs every rule-stopped and every pruned search
+Then :func:`sweeps.results.audit.run_audit` re-runs every rule-stopped and every pruned search
 trial to full length on its own seed with the rules only observing, and judges it against
 the best ``ok`` search trial (``recovered`` = within ``--margin`` by
 ``objectives.quality_gap``). The ``ok`` trials, which ran to full length already, are
@@ -48,7 +48,7 @@ def for_seed(seed: int, trials: int, steps: int, points: list[dict[str, Any]]):
     """The direction-mlp case as one seed's sweep: ``trials`` trials of ``steps`` steps."""
     from efficiency import builtin_sweep
 
-    from sweeps.spec import Confirm
+    from sweeps.spec.loader import Confirm
 
     sweep = builtin_sweep("direction-mlp", steps)
     budget = sweep.spec.budget.model_copy(update={
@@ -73,8 +73,8 @@ def verdict_of(rec) -> str:
 def one_seed(seed: int, trials: int, steps: int, points: list[dict[str, Any]],
              margin: float) -> list[dict[str, Any]]:
     """Run the sweep, audit every stopped trial, judge the ok ones; one row per trial."""
-    from sweeps.audit import Rerun, judge, run_audit
-    from sweeps.pipeline import run_sweep
+    from sweeps.commands.run import run_sweep
+    from sweeps.results.audit import Rerun, judge, run_audit
 
     sweep = for_seed(seed, trials, steps, points)
     out = run_sweep(sweep, progress=False, check=False)
@@ -150,7 +150,7 @@ def main() -> None:
 
     import ray
 
-    from sweeps.ray_session import quiet_logs
+    from sweeps.tune.session import quiet_logs
 
     points = [] if args.no_failure_points else failure_points()
     t0 = time.perf_counter()

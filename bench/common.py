@@ -194,7 +194,7 @@ def tune_space(sweep) -> dict[str, Any]:
     """The sweep's search space as Ray Tune sample functions (for random search)."""
     from ray import tune
 
-    from sweeps import space as sp
+    from sweeps.spec import space as sp
 
     out: dict[str, Any] = {}
     for name, knob in sweep.space.items():

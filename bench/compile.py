@@ -75,13 +75,13 @@ def child(args: argparse.Namespace) -> None:
     """Run ``--trials`` (dropout:seed pairs) one after another in this process; print JSON."""
     sys.path.insert(0, str(ROOT))
     from sweeps.protocol import SEED_KEY
-    from sweeps.spec import load_sweep_dict
-    from sweeps.trainable import prepare_process, run_trainer
+    from sweeps.spec.loader import load_sweep_dict
+    from sweeps.trial.run import prepare_process, run_trainer
 
     sweep = load_sweep_dict(sweep_dict(args.trainer, args.mode, args.cache, args.events,
                                        args.steps), base_dir=ROOT, workdir=Path.cwd())
     if args.no_reset:
-        import sweeps.trainable as trainable
+        import sweeps.trial.run as trainable
 
         trainable.reset_compiler = lambda: None
     prepare_process(sweep, args.threads)

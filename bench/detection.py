@@ -48,7 +48,7 @@ from common import (  # noqa: E402
 )
 from planted import CONTROLS  # noqa: E402
 
-from sweeps.book import last_step  # noqa: E402
+from sweeps.record.book import last_step  # noqa: E402
 
 BENCH = str(Path(__file__).resolve().parent)
 
@@ -77,7 +77,7 @@ def planted_sweep(steps: int, onset: int):
     """The planted cases of bench/planted.py as a sweep whose knob is the case."""
     from planted import CASES
 
-    from sweeps.spec import load_sweep_dict
+    from sweeps.spec.loader import load_sweep_dict
 
     return load_sweep_dict(sweep_dict("planted", list(CASES), steps, onset, 0),
                            base_dir=Path(BENCH), workdir=Path.cwd())
@@ -85,7 +85,7 @@ def planted_sweep(steps: int, onset: int):
 
 def for_seed(sweep, seed: int, steps: int | None):
     """One seed's run of ``sweep``: a trial per initial point, no confirmation runs."""
-    from sweeps.spec import Confirm
+    from sweeps.spec.loader import Confirm
 
     points = len(sweep.spec.initial_points)
     budget = sweep.spec.budget.model_copy(update={
@@ -109,7 +109,7 @@ def _key(values: dict[str, Any], point: dict[str, Any]) -> bool:
 
 
 def run_sweeps(sweep, points: list[dict]) -> dict[str, dict]:
-    from sweeps.pipeline import run_sweep
+    from sweeps.commands.run import run_sweep
 
     env = dict(os.environ)
     try:
@@ -131,7 +131,7 @@ def run_plain(sweep, filled: list[dict], points: list[dict]) -> dict[str, dict]:
     from ray import tune
     from ray.tune.search.optuna import OptunaSearch
 
-    from sweeps.space import optuna_space
+    from sweeps.spec.space import optuna_space
 
     first, seed = sweep.objectives[0], sweep.spec.seed
 
@@ -140,7 +140,7 @@ def run_plain(sweep, filled: list[dict], points: list[dict]) -> dict[str, dict]:
         from common import tune_report_adapter
         from ray import tune as t
 
-        from sweeps.trainer_loader import load_trainer
+        from sweeps.spec.trainer_loader import load_trainer
 
         train = load_trainer(sweep.spec.trainer, sweep.trainer_paths)
         values = {k: v for k, v in config.items() if k in sweep.space}
@@ -170,8 +170,8 @@ def run_plain(sweep, filled: list[dict], points: list[dict]) -> dict[str, dict]:
 
 def reference(sweep, filled: list[dict], points: list[dict]) -> dict[str, dict]:
     """The first report at which the rules fire, on an orchestration-free run."""
-    from sweeps.trainable import trial_settings
-    from sweeps.trainer_loader import load_trainer
+    from sweeps.spec.trainer_loader import load_trainer
+    from sweeps.trial.run import trial_settings
 
     train = load_trainer(sweep.spec.trainer, sweep.trainer_paths)
     out = {}
@@ -209,9 +209,9 @@ def main() -> None:
     sys.path.insert(0, BENCH)
     import ray
 
-    from sweeps.ray_session import quiet_logs
-    from sweeps.search import initial_points
-    from sweeps.spec import load_sweep
+    from sweeps.spec.loader import load_sweep
+    from sweeps.tune.searcher import initial_points
+    from sweeps.tune.session import quiet_logs
 
     if args.sweep is not None:
         base = load_sweep(args.sweep, workdir=Path.cwd())

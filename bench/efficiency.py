@@ -76,7 +76,7 @@ from common import (  # noqa: E402
     tune_space,
 )
 
-from sweeps.book import last_step  # noqa: E402
+from sweeps.record.book import last_step  # noqa: E402
 
 BENCH = str(Path(__file__).resolve().parent)
 METHODS = ("sweeps", "tune+optuna+asha", "tune random+asha", "optuna tpe+median")
@@ -173,7 +173,7 @@ def builtin_sweep(trainer: str, steps: int):
     """A built-in case as a sweep (evaluation every steps / 4)."""
     import yaml
 
-    from sweeps.spec import load_sweep_dict
+    from sweeps.spec.loader import load_sweep_dict
 
     case = BUILTIN[trainer]
     base = yaml.safe_load((ROOT / case["base"]).read_text())
@@ -195,7 +195,7 @@ def for_run(sweep, *, steps: int, budget: int, seed: int, concurrent: int, tag: 
             confirm=None):
     """``sweep`` as one benchmark run: step budget, seed, no initial points, and no
     confirmation unless ``confirm`` (a ``Confirm``) is given."""
-    from sweeps.spec import Budget, Confirm
+    from sweeps.spec.loader import Budget, Confirm
 
     fields = sweep.spec.budget.model_dump()
     del fields["trials"]  # the step budget alone ends the search
@@ -225,8 +225,8 @@ def run_sweeps(sweep) -> list[dict]:
 
 def run_sweeps_outcome(sweep) -> tuple[list[dict], Any]:
     """The search trials in completion order, and the ``SweepOutcome``."""
-    from sweeps import book as book_mod
-    from sweeps.pipeline import run_sweep
+    from sweeps.commands.run import run_sweep
+    from sweeps.record import book as book_mod
 
     order: list[str] = []
     original = book_mod.TrialBook.finish
@@ -258,7 +258,7 @@ def _tune_trainable(sweep, metric: str):
         from common import tune_report_adapter
         from ray import tune as t
 
-        from sweeps.trainer_loader import load_trainer
+        from sweeps.spec.trainer_loader import load_trainer
 
         torch.set_num_threads(1)
         train = load_trainer(sweep.spec.trainer, sweep.trainer_paths)
@@ -292,7 +292,7 @@ def run_tune(sweep, random: bool) -> list[dict]:
     from ray.tune.search.basic_variant import BasicVariantGenerator
     from ray.tune.search.optuna import OptunaSearch
 
-    from sweeps.space import optuna_space
+    from sweeps.spec.space import optuna_space
 
     budget, first, seed = sweep.spec.budget, sweep.objectives[0], sweep.spec.seed
     if random:
@@ -328,8 +328,8 @@ def run_optuna(sweep) -> list[dict]:
     import optuna
     import torch
 
-    from sweeps.space import optuna_space
-    from sweeps.trainer_loader import load_trainer
+    from sweeps.spec.space import optuna_space
+    from sweeps.spec.trainer_loader import load_trainer
 
     torch.set_num_threads(1)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -369,7 +369,7 @@ def run_optuna(sweep) -> list[dict]:
 def judge(sweep, trials: list[dict]) -> list[dict]:
     """Post-hoc, identical for every method: steps run, final metric, stable or not; only
     the trials that completed within the step budget."""
-    from sweeps.trainable import trial_settings
+    from sweeps.trial.run import trial_settings
 
     metric, budget = sweep.objectives[0].metric, sweep.spec.budget.total_steps
     out, spent = [], 0
@@ -495,7 +495,7 @@ def seed_noise(base, runs: dict[str, list[list[dict]]], steps: int, budget: int,
 
     import torch
 
-    from sweeps.trainer_loader import load_trainer
+    from sweeps.spec.trainer_loader import load_trainer
 
     torch.set_num_threads(1)
     sweep = for_run(base, steps=steps, budget=budget, seed=0, concurrent=1)
@@ -591,9 +591,9 @@ def fresh_runs(sweep, handover: dict, seeds: int, steps: int) -> dict[str, Any]:
     hand-over is trained from the file itself, with the reserved ``sweep`` key added."""
     import torch
 
-    from sweeps.spec import RESERVED_KEY
-    from sweeps.trainable import trial_settings
-    from sweeps.trainer_loader import load_trainer
+    from sweeps.spec.loader import RESERVED_KEY
+    from sweeps.spec.trainer_loader import load_trainer
+    from sweeps.trial.run import trial_settings
 
     torch.set_num_threads(1)
     if sweep.spec.trainer not in _TRAINERS:
@@ -764,7 +764,7 @@ def main() -> None:
                     help="name of the results file: bench/results/<out>.json")
     args = ap.parse_args()
 
-    from sweeps.spec import load_sweep
+    from sweeps.spec.loader import load_sweep
 
     cases: list[tuple[str, Any, int, int, str | None]] = []  # label, sweep, steps, budget, case
     if args.sweep is not None:
@@ -786,7 +786,7 @@ def main() -> None:
 
     import ray
 
-    from sweeps.ray_session import quiet_logs
+    from sweeps.tune.session import quiet_logs
 
     ray.init(num_cpus=args.concurrent, include_dashboard=False, log_to_driver=False,
              logging_level="ERROR")

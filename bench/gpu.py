@@ -56,10 +56,10 @@ def sweep_dict(mode: str, packing: int, cpus: float, events: int, steps: int,
 
 def run_cell(mode: str, packing: int, args: argparse.Namespace) -> dict:
     """One cell: its trials on Ray, timed; trials per GPU-hour and per-trial figures."""
-    from sweeps.book import books_of, open_book
     from sweeps.protocol import SEED_KEY
-    from sweeps.runner import run_configs
-    from sweeps.spec import load_sweep_dict
+    from sweeps.record.book import books_of, open_book
+    from sweeps.spec.loader import load_sweep_dict
+    from sweeps.tune.experiments import run_configs
 
     cpus = max(0.25, args.cpus / packing)
     output = Path(tempfile.mkdtemp(prefix="gpu-bench-", dir=SCRATCH))  # a cold cache per cell
@@ -73,7 +73,7 @@ def run_cell(mode: str, packing: int, args: argparse.Namespace) -> dict:
         run_configs(sweep, book, configs, "bench", progress=False)
         wall = time.perf_counter() - start
         recs = list(book.trials.values())
-    from sweeps import objectives
+    from sweeps.record import objectives
 
     ok = [r for r in recs if r.status == "ok"]
     steps = [objectives.steady_step_time(r.history) for r in ok]
@@ -105,7 +105,7 @@ def main() -> None:
               f"{torch.__version__}); run bench/gpu.py on a machine with a CUDA GPU to "
               "measure trials per GPU-hour")
         return
-    from sweeps.ray_session import ray_running
+    from sweeps.tune.session import ray_running
 
     SCRATCH.mkdir(parents=True, exist_ok=True)
     rows = []

@@ -119,7 +119,7 @@ def plain_optuna(trials: int, reports: int) -> float:
 
 
 def run_sweeps(sweep, profile: bool) -> tuple[float, str | None]:
-    from sweeps.pipeline import run_sweep
+    from sweeps.commands.run import run_sweep
 
     env = dict(os.environ)
     prof = cProfile.Profile() if profile else None
@@ -195,7 +195,7 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     import ray
 
-    from sweeps.spec import load_sweep_dict
+    from sweeps.spec.loader import load_sweep_dict
 
     sweep = load_sweep_dict(sweep_dict("overhead", args.trials, args.reports),
                             base_dir=Path(BENCH), workdir=Path.cwd())

@@ -40,8 +40,8 @@ def rss_mb() -> float:
 
 def driver_memory(trials: int) -> dict:
     """Run ``trials`` tiny trials (30 reports each); driver RSS and result volume."""
-    from sweeps.pipeline import run_sweep
-    from sweeps.spec import load_sweep
+    from sweeps.commands.run import run_sweep
+    from sweeps.spec.loader import load_sweep
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -76,7 +76,7 @@ def driver_memory(trials: int) -> dict:
 
 def tpe_ask_time(finished: int, asks: int = 20) -> dict:
     """Median time of one TPE ask (6 knobs, 2 objectives, constraints) after ``finished``."""
-    from sweeps.search import CONSTRAINT
+    from sweeps.tune.searcher import CONSTRAINT
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     space = {

@@ -27,9 +27,9 @@ from common import save, table  # noqa: E402
 
 def retrain(sweep, values: dict[str, Any], seeds: list[int]) -> list[tuple[float | None, str]]:
     """(quality, verdict) of ``values`` on each seed, judged by the sweep's rules."""
-    from sweeps import objectives
     from sweeps.protocol import SEED_KEY
-    from sweeps.trainable import prepare_process, run_trainer
+    from sweeps.record import objectives
+    from sweeps.trial.run import prepare_process, run_trainer
 
     prepare_process(sweep, int(sweep.spec.resources.cpu))
     metric = sweep.objectives[0].metric
@@ -52,8 +52,8 @@ def main() -> None:
 
     import pandas as pd
 
-    from sweeps.objectives import quality_gap
-    from sweeps.pipeline import load_resolved
+    from sweeps.commands.run import load_resolved
+    from sweeps.record.objectives import quality_gap
 
     sweep = load_resolved(args.dir)
     quality = sweep.objectives[0]

@@ -8,7 +8,7 @@ just to import its libraries (``import ray.tune, optuna`` plus the Optuna search
 - ``plain tune import``: ``from ray import tune; from ray.tune.search.optuna import
   OptunaSearch`` (the alternative's floor);
 - ``sweeps --help``: the CLI's help (no torch, no Ray: lazy imports);
-- ``import sweeps.rules`` / ``sweeps.spec`` / ``sweeps.book``: the pure modules;
+- ``import sweeps.rules`` / ``sweeps.spec.loader`` / ``sweeps.record.book``: the pure modules;
 - ``import torch``: what importing a PyTorch trainer costs at least;
 - ``sweeps validate FILE``: load and check a sweep file, importing its trainer
   (torch, through the trainer), without Ray.
@@ -44,8 +44,8 @@ def commands(sweep: Path) -> dict[str, list[str]]:
                               "from ray.tune.search.optuna import OptunaSearch"],
         "sweeps --help": [*sweeps, "--help"],
         "import sweeps.rules": [PY, "-c", "import sweeps.rules"],
-        "import sweeps.spec": [PY, "-c", "import sweeps.spec"],
-        "import sweeps.book": [PY, "-c", "import sweeps.book"],
+        "import sweeps.spec.loader": [PY, "-c", "import sweeps.spec.loader"],
+        "import sweeps.record.book": [PY, "-c", "import sweeps.record.book"],
         "import torch": [PY, "-c", "import torch"],
         f"sweeps validate {sweep.name}": [*sweeps, "validate", str(sweep)],
     }

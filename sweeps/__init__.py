@@ -1,7 +1,7 @@
 """sweeps: hyperparameter search and stability sweeps for PyTorch training.
 
 The names below are loaded on first use (PEP 562), so ``import sweeps`` and the pure
-modules (``sweeps.rules``, ``sweeps.spec``, ``sweeps.results``) do not import torch.
+modules (``sweeps.rules``, ``sweeps.spec.loader``, ``sweeps.results.files``) do not import torch.
 """
 
 from __future__ import annotations
@@ -10,16 +10,16 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sweeps.compile import COMPILE_MODES, compile_mode, compile_model
-    from sweeps.monitor import Monitor
     from sweeps.rules.verdict import REASONS, Verdict
+    from sweeps.trial.compile import COMPILE_MODES, compile_mode, compile_model
+    from sweeps.trial.monitor import Monitor
 
 #: Public name -> the module that defines it.
 _LAZY: dict[str, str] = {
-    "COMPILE_MODES": "sweeps.compile",
-    "compile_mode": "sweeps.compile",
-    "compile_model": "sweeps.compile",
-    "Monitor": "sweeps.monitor",
+    "COMPILE_MODES": "sweeps.trial.compile",
+    "compile_mode": "sweeps.trial.compile",
+    "compile_model": "sweeps.trial.compile",
+    "Monitor": "sweeps.trial.monitor",
     "REASONS": "sweeps.rules.verdict",
     "Verdict": "sweeps.rules.verdict",
 }

@@ -2,6 +2,6 @@
 
 import sys
 
-from sweeps.cli import main
+from sweeps.commands.cli import main
 
 sys.exit(main())

@@ -74,7 +74,7 @@ STABILITY_CONSTRAINT: Final = "stability"
 # ---- trials.csv ------------------------------------------------------------------------
 #: The columns every row starts with; the knobs, ``objective_<metric>`` per objective,
 #: the metric summaries, ``diagnosis``, ``evidence``, compile evidence and ``warnings``
-#: follow (``sweeps.results.trial_row``).
+#: follow (``sweeps.results.files.trial_row``).
 TRIAL_HEAD: Final = ("trial_id", "role", "status", "reason", "stop_step", "seed", "steps",
                      "retries")
 #: Prefix of the columns of the objectives' values, ``objective_<metric>``.

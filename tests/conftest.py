@@ -53,7 +53,7 @@ def run_cli_in(folder: Path, *argv: str) -> int:
     where monkeypatch.chdir is not available)."""
     import os
 
-    from sweeps.cli import main
+    from sweeps.commands.cli import main
 
     cwd = os.getcwd()
     os.chdir(folder)
@@ -85,7 +85,7 @@ def write_sweep(folder: Path, data: dict, name: str = "sweep.yaml") -> Path:
 def ray_session():
     """One embedded Ray for a whole test module (2 CPUs), started as ``sweeps run`` starts
     it (a private folder, loopback, its own token), shut down and removed after it."""
-    from sweeps.ray_session import ray_running
+    from sweeps.tune.session import ray_running
 
     with ray_running(num_cpus=2) as session:
         yield session

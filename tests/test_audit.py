@@ -18,11 +18,11 @@ import shutil
 import pandas as pd
 import pytest
 
-from sweeps.audit import Rerun, judge, per_rule, pick, rule_line, stopped_trials
-from sweeps.objectives import quality_gap
 from sweeps.protocol import PRUNED, REASON_KEY, STATUS_KEY
-from sweeps.reporter import TrialReporter
+from sweeps.record.objectives import quality_gap
+from sweeps.results.audit import Rerun, judge, per_rule, pick, rule_line, stopped_trials
 from sweeps.rules.settings import RuleSettings
+from sweeps.trial.reporter import TrialReporter
 from tests.conftest import copy_sweepfiles, edit_linreg, read_results_csv, run_cli_in
 
 STUCK, EXPLODING, SLOW_GOOD, SLOW_POOR = 1.0e-5, 20.0, 0.005, 0.002

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from sweeps.spec import load_sweep
-from sweeps.trainable import run_trainer
+from sweeps.spec.loader import load_sweep
+from sweeps.trial.run import run_trainer
 from tests.conftest import edit_linreg, read_results_csv, run_cli_in
 
 
@@ -38,8 +38,8 @@ def test_a_trial_that_never_reports_its_objective_is_not_ok(linreg_dir):
 
 
 def test_none_for_the_objective_is_a_bad_metric_and_none_elsewhere_is_not_reported():
-    from sweeps.reporter import TrialReporter, TrialStopped
     from sweeps.rules.settings import RuleSettings
+    from sweeps.trial.reporter import TrialReporter, TrialStopped
 
     seen: list[dict] = []
     report = TrialReporter(RuleSettings(), seen.append, required=("val_loss",))

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from sweeps.book import books_of, open_book
-from sweeps.compile import eager_fallback
-from sweeps.progress import ProgressLines
-from sweeps.report import summary, write_report
-from sweeps.results import trials_frame
-from sweeps.spec import load_sweep, load_sweep_dict
-from sweeps.trainable import prepare_process, run_trainer
+from sweeps.record.book import books_of, open_book
+from sweeps.results.files import trials_frame
+from sweeps.results.report import summary, write_report
+from sweeps.spec.loader import load_sweep, load_sweep_dict
+from sweeps.trial.compile import eager_fallback
+from sweeps.trial.run import prepare_process, run_trainer
+from sweeps.tune.progress import ProgressLines
 from tests.conftest import edit_linreg, read_results_csv, run_cli_in
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from sweeps.results import cell_text, write_csv
+from sweeps.results.files import cell_text, write_csv
 
 
 def test_formula_text_is_neutralised_and_numbers_are_untouched(tmp_path):

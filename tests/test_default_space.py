@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from sweeps.errors import SpecError
-from sweeps.spec import load_sweep
+from sweeps.spec.loader import load_sweep
 
 SIX = ["compile", "dropout", "grad_clip", "lr", "warmup", "weight_decay"]
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 
-from sweeps.book import TrialBook
-from sweeps.report import load, summary_of
-from sweeps.results import trials_frame
+from sweeps.record.book import TrialBook
+from sweeps.results.files import trials_frame
+from sweeps.results.report import load, summary_of
 from sweeps.rules import RuleSettings, diagnose
-from sweeps.spec import load_sweep
+from sweeps.spec.loader import load_sweep
 from tests.conftest import edit_linreg
 
 B = math.pi / 2

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.folder_lock import (
+from sweeps.commands.run import archive_previous
+from sweeps.state.folder_lock import (
     LOCK_FILE,
     MARKER_FILE,
     OWNER_FILE,
@@ -23,14 +24,13 @@ from sweeps.folder_lock import (
     claim,
     holds,
 )
-from sweeps.pipeline import archive_previous
 from tests.conftest import edit_linreg, read_results_csv
 
 ROOT = Path(__file__).resolve().parent.parent
 
 HOLDER = """
 import sys, time
-from sweeps.folder_lock import claim
+from sweeps.state.folder_lock import claim
 with claim(sys.argv[1], sys.argv[2]):
     print("held", flush=True)
     time.sleep(600)
@@ -38,7 +38,7 @@ with claim(sys.argv[1], sys.argv[2]):
 
 TAKER = """
 import sys
-from sweeps.folder_lock import claim, FolderInUse
+from sweeps.state.folder_lock import claim, FolderInUse
 try:
     with claim(sys.argv[1], "run"):
         print("taken")
@@ -127,7 +127,7 @@ def test_results_in_use_are_never_moved_aside(tmp_path):
 
 def test_a_folder_sweeps_did_not_make_is_never_renamed_or_written(linreg_dir, monkeypatch,
                                                                   capsys):
-    from sweeps.cli import main
+    from sweeps.commands.cli import main
 
     monkeypatch.chdir(linreg_dir)
     mine = linreg_dir / "results" / "linreg"
@@ -156,7 +156,7 @@ def test_a_folder_sweeps_did_not_make_is_never_renamed_or_written(linreg_dir, mo
 
 
 def test_a_symlinked_state_file_is_refused_by_run(linreg_dir, monkeypatch, capsys):
-    from sweeps.cli import main
+    from sweeps.commands.cli import main
 
     monkeypatch.chdir(linreg_dir)
     out = linreg_dir / "results" / "linreg"

@@ -11,8 +11,8 @@ from collections import Counter
 import pytest
 import torch
 
-from sweeps.spec import load_sweep
-from sweeps.trainable import run_trainer
+from sweeps.spec.loader import load_sweep
+from sweeps.trial.run import run_trainer
 from tests.conftest import copy_sweepfiles, edit_linreg, read_results_csv, run_cli_in
 
 TRIALS = 4

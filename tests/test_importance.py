@@ -12,8 +12,8 @@ import pytest
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
-from sweeps.importance import MIN_TRIALS, open_study, quality, stability, under_explored
-from sweeps.report import summary, write_report
+from sweeps.results.importance import MIN_TRIALS, open_study, quality, stability, under_explored
+from sweeps.results.report import summary, write_report
 from tests.conftest import copy_sweepfiles, edit_linreg, read_results_csv, run_cli_in
 from tests.test_report import make_sweep
 

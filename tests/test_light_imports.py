@@ -29,18 +29,19 @@ def _heavy_after(code: str) -> list[str]:
 
 
 def test_light_modules_import_neither_torch_nor_ray():
-    assert _heavy_after("import sweeps, sweeps.cli, sweeps.rules, sweeps.spec, "
-                        "sweeps.results, sweeps.protocol") == []
+    assert _heavy_after("import sweeps, sweeps.commands.cli, sweeps.rules, sweeps.spec.loader, "
+                        "sweeps.results.files, sweeps.protocol") == []
 
 
 def test_the_trial_book_and_what_reads_it_import_no_ray():
     """The record of trials and the selection and audit built on it run without Ray: Ray
-    Tune's hooks into the book live in sweeps.tune_hooks."""
-    assert "ray" not in _heavy_after("import sweeps.book, sweeps.audit, sweeps.worker_logs")
+    Tune's hooks into the book live in sweeps.tune.callbacks."""
+    assert "ray" not in _heavy_after("import sweeps.record.book, sweeps.results.audit, "
+                                     "sweeps.record.worker_logs")
 
 
 def test_help_imports_neither_torch_nor_ray():
-    code = ("import contextlib, io\nfrom sweeps.cli import main\n"
+    code = ("import contextlib, io\nfrom sweeps.commands.cli import main\n"
             "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
             "    main(['--help'])")
     assert _heavy_after(code) == []
@@ -51,7 +52,7 @@ def test_public_names_still_import_from_the_package():
 
     import sweeps
     from sweeps import COMPILE_MODES, REASONS, Monitor, Verdict, compile_model
-    from sweeps.monitor import Monitor as monitor_class
+    from sweeps.trial.monitor import Monitor as monitor_class
 
     assert Monitor is monitor_class
     model = torch.nn.Linear(2, 1)
@@ -67,3 +68,21 @@ def test_public_names_still_import_from_the_package():
 
 def test_monitor_loads_torch_on_first_use():
     assert _heavy_after("from sweeps import Monitor") == ["torch"]
+
+
+def test_ray_is_imported_only_in_the_tune_package_and_the_cluster_commands():
+    """Ray Tune runs, the searcher, schedulers and callbacks live in sweeps/tune/; the
+    cluster commands use Ray's Jobs client. Nothing else names Ray, even lazily."""
+    import ast
+
+    allowed = ("sweeps/tune/", "sweeps/cluster/")
+    found = []
+    for path in sorted((ROOT / "sweeps").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            if any(n == "ray" or n.startswith("ray.") for n in names) and \
+                    not rel.startswith(allowed):
+                found.append(f"{rel}:{node.lineno}")
+    assert found == []

@@ -7,8 +7,8 @@ import io
 
 import pytest
 
-from sweeps.book import TrialRecord
-from sweeps.lr_check import lr_ignored
+from sweeps.record.book import TrialRecord
+from sweeps.trial.lr_check import lr_ignored
 from tests.conftest import edit_linreg, run_cli_in
 
 

@@ -8,10 +8,10 @@ import pytest
 import torch
 import yaml
 
-from sweeps.cli import main
+from sweeps.commands.cli import main
 from sweeps.preflight import run_preflight
 from sweeps.preflight.compile_check import check_modes
-from sweeps.spec import load_sweep
+from sweeps.spec.loader import load_sweep
 
 
 def _edit(folder, **train):
@@ -81,7 +81,7 @@ def test_compile_modes_that_cannot_work_are_dropped(monkeypatch):
 
 def test_a_continuous_dropout_beside_compiled_modes_gets_a_note(linreg_dir):
     from sweeps.preflight.compile_check import shared_compiles
-    from sweeps.space import Categorical, Uniform
+    from sweeps.spec.space import Categorical, Uniform
 
     sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir)
     space = dict(sweep.space)

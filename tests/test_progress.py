@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import yaml
 from rich.console import Console
 
-from sweeps.book import TrialBook
-from sweeps.progress import ProgressLines
-from sweeps.spec import load_sweep
-from sweeps.tune_hooks import TrialEvents
+from sweeps.record.book import TrialBook
+from sweeps.spec.loader import load_sweep
+from sweeps.tune.callbacks import TrialEvents
+from sweeps.tune.progress import ProgressLines
 from tests.conftest import edit_linreg
 
 

@@ -21,8 +21,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from sweeps.cli import main
 from sweeps.cluster import jobs, package
+from sweeps.commands.cli import main
 from sweeps.errors import SpecError
 from tests.conftest import SWEEPFILES, skip_or_fail
 

@@ -11,10 +11,10 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from sweeps.reporter import TrialReporter, TrialStopped
 from sweeps.rules.settings import RuleSettings
 from sweeps.trainers.direction import shuffled_batches
 from sweeps.trainers.regression import Regressor, evaluate, make_datasets, train
+from sweeps.trial.reporter import TrialReporter, TrialStopped
 
 BASE_CONFIG = Path(__file__).resolve().parents[1] / "examples" / "configs" / "regression.yaml"
 REQUIRED = ("step", "loss", "grad_norm", "lr", "pred_std", "target_std", "step_time", "clipped")
@@ -162,7 +162,7 @@ def test_reported_stds_are_those_of_the_batch_predictions_and_targets():
     index = next(shuffled_batches(len(train_set), 128, torch.Generator().manual_seed(5)))
     with torch.no_grad():
         pred = net(train_set.x[index])
-    # per-output std over the batch, averaged over outputs (sweeps.monitor.spread)
+    # per-output std over the batch, averaged over outputs (sweeps.trial.monitor.spread)
     assert reports[0]["pred_std"] == pytest.approx(pred.std(dim=0).mean().item(), rel=1e-5)
     assert reports[0]["target_std"] == pytest.approx(
         train_set.y[index].std(dim=0).mean().item(), rel=1e-5)

@@ -15,8 +15,8 @@ import pytest
 import yaml
 from matplotlib.image import imread
 
-from sweeps import plots
-from sweeps.report import summary, write_report
+from sweeps.results import plots
+from sweeps.results.report import summary, write_report
 from tests.conftest import skip_or_fail
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -7,8 +7,8 @@ import math
 import pytest
 
 from sweeps.protocol import REASON_KEY, STATUS_KEY
-from sweeps.reporter import TrialReporter, TrialStopped
 from sweeps.rules.settings import RuleSettings
+from sweeps.trial.reporter import TrialReporter, TrialStopped
 
 
 def _trainer_nan_at(k, swallow=False):

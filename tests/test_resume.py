@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.cli import main
+from sweeps.commands.cli import main
 from tests.conftest import edit_linreg, read_results_csv
 
 pytestmark = pytest.mark.slow

@@ -12,9 +12,9 @@ import math
 import pytest
 import yaml
 
-from sweeps.cli import main
-from sweeps.confirm import Confirmation, SeedRun
-from sweeps.spec import Objective
+from sweeps.commands.cli import main
+from sweeps.results.confirm import Confirmation, SeedRun
+from sweeps.spec.loader import Objective
 from tests.conftest import edit_linreg, read_results_csv, run_cli_in
 
 EDGE = 0.1
@@ -64,7 +64,7 @@ def test_with_a_baseline_the_gap_is_a_share_of_the_improvement_over_it():
 
 
 def test_a_top_config_worse_than_the_base_config_is_called_out():
-    from sweeps.confirm import BaseReference, Selection
+    from sweeps.results.confirm import BaseReference, Selection
 
     top = _conf(2, [SeedRun(1, "ok", None, None, 1.0), SeedRun(2, "ok", None, None, 1.1)])
     base = BaseReference({}, Objective(metric="val_loss"), [
@@ -150,7 +150,7 @@ def test_a_fragile_best_is_never_handed_over(fragile_run, capsys):
     assert not any("WARNING" in line for line in header), "better than the base config"
 
     # what `sweeps best` handed over holds on seeds it has never seen
-    from sweeps.trainer_loader import load_trainer
+    from sweeps.spec.trainer_loader import load_trainer
 
     train = load_trainer("linreg_trainer:train", [str(fragile_run.parent.parent)])
     own = float(held.iloc[0]["val_loss@seed0"])
@@ -176,7 +176,7 @@ def test_report_shows_every_seed_and_why_a_candidate_was_fragile(fragile_run, ca
 
 
 def test_a_step_budget_keeps_back_the_confirmation_steps(linreg_dir):
-    from sweeps.spec import load_sweep
+    from sweeps.spec.loader import load_sweep
 
     edit_linreg(linreg_dir, budget={"total_steps": 3000, "max_steps": 60},
                 confirm={"seeds": 2, "lr_probe": 2.0, "keep": 3})
@@ -216,7 +216,7 @@ def test_with_a_step_budget_confirmation_stops_where_the_budget_ends(linreg_dir,
     assert not list((out / "stable").glob("*.yaml"))
     assert "confirmation stopped after 1 candidate(s)" in capsys.readouterr().out
     # the report says why nothing was handed over, after the run too
-    from sweeps.report import summary
+    from sweeps.results.report import summary
 
     notes = summary(out)["selection_notes"]
     assert len(notes) == 1 and "raise total_steps to confirm more" in notes[0]
@@ -261,7 +261,7 @@ def test_configs_the_scheduler_pruned_are_confirmed_when_the_survivors_are_fragi
     best = capsys.readouterr().out.strip()
     header = "".join(line for line in open(best) if line.startswith("#"))
     assert "(search, pruned at step" in header and "not counted" in header
-    from sweeps.trainer_loader import load_trainer
+    from sweeps.spec.trainer_loader import load_trainer
 
     cfg = yaml.safe_load(open(best))
     train = load_trainer("linreg_trainer:train", [str(folder)])
@@ -277,10 +277,10 @@ def test_racing_spends_a_fragile_candidates_other_runs_on_the_next_candidates(li
     fresh seed rejects a fragile one for one re-run instead of three (two seeds and the LR
     probe), so the same step budget reaches the fifth; full rounds would stop at the
     second. The runner stands in for Ray Tune: the logic under test is the scheduling."""
-    from sweeps.book import TrialBook, TrialRecord
-    from sweeps.confirm import select
     from sweeps.protocol import LR_SCALE_KEY, ROLE_KEY, SEED_KEY
-    from sweeps.spec import load_sweep
+    from sweeps.record.book import TrialBook, TrialRecord
+    from sweeps.results.confirm import select
+    from sweeps.spec.loader import load_sweep
 
     steps = 20
     edit_linreg(linreg_dir, search_space={"lr": {"type": "loguniform", "low": 0.01,
@@ -335,7 +335,7 @@ def test_racing_spends_a_fragile_candidates_other_runs_on_the_next_candidates(li
 def test_the_quality_objective_has_its_own_random_guess_value(linreg_dir):
     """A quality metric on another scale than the training loss (a mean angle beside an
     NLL) gives its own baseline; the gaps confirmation measures use it."""
-    from sweeps.spec import load_sweep
+    from sweeps.spec.loader import load_sweep
 
     edit_linreg(linreg_dir, rules={"baseline_loss": 2.531},
                 objectives=[{"metric": "val_loss", "mode": "min", "baseline": 1.5708},

@@ -38,7 +38,7 @@ def test_rule_names_are_verdict_reasons_in_priority_order():
 
 def test_every_failure_reason_has_a_colour_of_its_own():
     """The plots colour outcomes by reason: a new reason gets its own colour, not grey."""
-    from sweeps.plots import OUTCOME_COLOURS
+    from sweeps.results.plots import OUTCOME_COLOURS
 
     assert set(REASONS) <= set(OUTCOME_COLOURS)
     assert len(set(OUTCOME_COLOURS.values())) == len(OUTCOME_COLOURS)

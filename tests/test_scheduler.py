@@ -6,10 +6,10 @@ from types import SimpleNamespace
 
 from ray.tune.schedulers import TrialScheduler
 
-from sweeps import compat
-from sweeps.book import TrialBook
-from sweeps.hang import WatchedASHA
-from sweeps.spec import load_sweep
+from sweeps.record.book import TrialBook
+from sweeps.spec.loader import load_sweep
+from sweeps.tune import compat
+from sweeps.tune.schedulers import WatchedASHA
 
 
 def _asha(book: TrialBook) -> WatchedASHA:

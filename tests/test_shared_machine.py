@@ -35,10 +35,10 @@ from pathlib import Path
 
 import pytest
 
-from sweeps import ray_session
-from sweeps.cli import main
 from sweeps.cluster import auth, jobs, package
+from sweeps.commands.cli import main
 from sweeps.errors import SpecError
+from sweeps.tune import session as ray_session
 from tests.conftest import SWEEPFILES, copy_sweepfiles, edit_linreg, read_results_csv
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -212,7 +212,7 @@ def test_an_embedded_sweep_keeps_its_secrets_and_ports_to_itself(tmp_path, short
 
 HOLD = """
 import sys, time
-from sweeps.ray_session import ray_running
+from sweeps.tune.session import ray_running
 with ray_running(num_cpus=1) as session:
     print(session.folder, flush=True)
     time.sleep(float(sys.argv[1]))

@@ -207,7 +207,7 @@ def test_a_gpu_job_keeps_a_step_budget_without_a_trial_cap(linreg_dir):
     """The sweep shipped with --gpus-per-node is the one `sweeps run` saves: a step
     budget with no `trials` is not capped at the model's default trial count."""
     from sweeps.cluster.slurm import gpu_override
-    from sweeps.spec import load_sweep, load_sweep_dict
+    from sweeps.spec.loader import load_sweep, load_sweep_dict
 
     data = yaml.safe_load((linreg_dir / "linreg.yaml").read_text())
     del data["budget"]["trials"]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sweeps.cli import main
+from sweeps.commands.cli import main
 from tests.conftest import edit_linreg, write_sweep
 
 
@@ -147,9 +147,9 @@ def test_write_back_path_missing_from_the_base_config_is_refused(linreg_dir, cap
 def test_a_base_value_outside_a_log_range_is_not_an_error(linreg_dir):
     """A base config with weight_decay 0 and a log-scale weight_decay knob: the search
     starts from the range's middle instead of the base value."""
-    from sweeps.search import initial_points
-    from sweeps.space import LogUniform, contains
-    from sweeps.spec import load_sweep
+    from sweeps.spec.loader import load_sweep
+    from sweeps.spec.space import LogUniform, contains
+    from sweeps.tune.searcher import initial_points
 
     assert not contains(LogUniform(type="loguniform", low=1e-6, high=0.1), 0.0)
     edit_linreg(linreg_dir, search_space={"lr": {"type": "loguniform", "low": 1e-5,

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sweeps.errors import SpecError
-from sweeps.spec import Sweep, load_sweep_dict
+from sweeps.spec.loader import Sweep, load_sweep_dict
 
 KEYS = ["name", "trainer", "base_config", "search_space", "write_back", "objectives", "rules",
         "budget", "confirm", "resources", "output", "seed", "extra", "lr", "type", "low",

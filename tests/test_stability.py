@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from sweeps import stability
-from sweeps.book import TrialRecord
-from sweeps.cli import main
+from sweeps.commands.cli import main
+from sweeps.record.book import TrialRecord
+from sweeps.results import stability
 from tests.conftest import edit_linreg
 
 NOISY_TRAINER = '''"""linreg_trainer's data with label noise drawn afresh at every step: the

@@ -16,9 +16,9 @@ from pathlib import Path
 import optuna
 import pytest
 
-from sweeps.cli import main
-from sweeps.journal import Journal
-from sweeps.state_check import DamagedState, check_journals
+from sweeps.commands.cli import main
+from sweeps.record.journal import Journal
+from sweeps.state.check import DamagedState, check_journals
 from tests.conftest import copy_sweepfiles, edit_linreg, read_results_csv, run_cli_in
 
 pytestmark = pytest.mark.slow

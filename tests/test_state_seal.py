@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from sweeps.cli import main
+from sweeps.commands.cli import main
 from sweeps.errors import SpecError
-from sweeps.state_seal import SEAL_FILE, check, seal
+from sweeps.state.seal import SEAL_FILE, check, seal
 
 
 def _results_folder(tmp_path):

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from sweeps.cli import main
+from sweeps.commands.cli import main
 from tests.conftest import copy_sweepfiles, edit_linreg, read_results_csv, run_cli_in
 
 pytestmark = pytest.mark.slow

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sweeps.cli import main
-from sweeps.tracking import legal_name, metric_names
+from sweeps.commands.cli import main
+from sweeps.results.tracking import legal_name, metric_names
 from tests.conftest import edit_linreg, read_results_csv
 
 ACC_TRAINER = '''

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sweeps.cli import main
-from sweeps.failures import classify
-from sweeps.spec import load_sweep
-from sweeps.trainable import run_trainer
+from sweeps.commands.cli import main
+from sweeps.spec.loader import load_sweep
+from sweeps.trial.failures import classify
+from sweeps.trial.run import run_trainer
 from tests.conftest import edit_linreg
 
 
@@ -101,7 +101,7 @@ def test_try_stops_a_schedule_that_climbs_past_the_sampled_lr(linreg_dir, capsys
 
 def test_the_sampled_lr_a_trial_is_judged_against_includes_the_lr_probe(linreg_dir):
     from sweeps.protocol import LR_SCALE_KEY
-    from sweeps.trainable import trial_settings, trial_values
+    from sweeps.trial.run import trial_settings, trial_values
 
     sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir)
     config = {"lr": 0.01, LR_SCALE_KEY: 2.0}

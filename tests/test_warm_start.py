@@ -9,11 +9,11 @@ import shutil
 import optuna
 import pytest
 
-from sweeps.report import summary
-from sweeps.search import make_sampler
-from sweeps.space import optuna_space
-from sweeps.spec import load_sweep
-from sweeps.warm_start import BEST_ATTR, SOURCE_ATTR, directions
+from sweeps.results.report import summary
+from sweeps.results.warm_start import BEST_ATTR, SOURCE_ATTR, directions
+from sweeps.spec.loader import load_sweep
+from sweeps.spec.space import optuna_space
+from sweeps.tune.searcher import make_sampler
 from tests.conftest import copy_sweepfiles, edit_linreg, read_results_csv, run_cli_in
 
 pytestmark = pytest.mark.slow

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from sweeps.compat import reload_ray_config
+from sweeps.tune.compat import reload_ray_config
 
 MODE_VAR = "RAY_AUTH_MODE"
 TOKEN_VAR = "RAY_AUTH_TOKEN"

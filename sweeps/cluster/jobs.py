@@ -22,8 +22,8 @@ from rich.console import Console
 from rich.table import Table
 
 from sweeps.cluster import auth
-from sweeps.compat import PACKAGING_LOGGER, WORKING_DIR_LOGGER
 from sweeps.errors import ClusterNotReady, SpecError
+from sweeps.tune.compat import PACKAGING_LOGGER, WORKING_DIR_LOGGER
 
 if TYPE_CHECKING:
     from ray.job_submission import JobSubmissionClient

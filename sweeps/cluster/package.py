@@ -17,8 +17,8 @@ from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from sweeps.compat import ray_excludes, ray_walk_upload
 from sweeps.errors import SpecError
+from sweeps.tune.compat import ray_excludes, ray_walk_upload
 
 #: Never shipped as a secret: environment files, private keys, credentials (gitwildmatch, at
 #: any depth). SSH keys by their names (``id_rsa*`` ...): a plain ``id_*`` would also drop
@@ -183,7 +183,7 @@ def build(file: str, *, workdir: Path, project_dir: str | None, storage: str | N
     the project folder as its working directory, so relative paths resolve as they will in
     the job's working dir.
     """
-    from sweeps.spec import load_sweep
+    from sweeps.spec.loader import load_sweep
 
     project = project_folder(project_dir, workdir)
     rel = relative_sweep_path(file, project, workdir)

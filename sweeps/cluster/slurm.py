@@ -17,7 +17,7 @@ from sweeps.cluster.slurm_render import TEMPLATE, JobOptions, port_block, render
 from sweeps.errors import SpecError
 
 if TYPE_CHECKING:
-    from sweeps.spec import Sweep
+    from sweeps.spec.loader import Sweep
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -59,7 +59,7 @@ class Plan:
 def plan(args: argparse.Namespace, opts: JobOptions, workdir: Path) -> Plan:
     """Validate the sweep and the options here and render the script; nothing is written.
     ``workdir`` is the folder sweeps was started from: the job runs there."""
-    from sweeps.spec import load_sweep
+    from sweeps.spec.loader import load_sweep
 
     sweep = load_sweep(args.file, workdir=workdir, output=args.output_dir)
     defaulted = _defaults_noted(opts)
@@ -94,7 +94,7 @@ def plan(args: argparse.Namespace, opts: JobOptions, workdir: Path) -> Plan:
 
 def cmd_slurm(args: argparse.Namespace) -> int:
     """Validate, render, write (atomically) and submit; print how to follow the job."""
-    from sweeps.atomic import write_text
+    from sweeps.state.atomic import write_text
 
     opts = JobOptions(nodes=args.nodes, cpus_per_node=args.cpus_per_node,
                       gpus_per_node=args.gpus_per_node, time=args.time,
@@ -133,7 +133,7 @@ def gpu_override(sweep: Sweep) -> str:
     """The sweep made self-contained (base config, space inline) with one GPU per trial."""
     import yaml
 
-    from sweeps.spec import load_sweep_dict
+    from sweeps.spec.loader import load_sweep_dict
 
     data = sweep.resolved()
     data["resources"]["gpu"] = 1

@@ -17,7 +17,7 @@ from sweeps.preflight.findings import Finding
 #: Code run in a fresh interpreter per mode, so a crash or hang cannot take the driver down.
 _PROBE = """
 import sys, torch
-from sweeps.compile import compile_model
+from sweeps.trial.compile import compile_model
 mode, device = sys.argv[1], sys.argv[2]
 if device == "cuda":
     import torch._inductor.config
@@ -100,7 +100,7 @@ def shared_compiles(space: dict, modes: list[str]) -> list[Finding]:
     constant of the compiled graph, so each new value is a new graph and a cold compile;
     only trials that repeat a graph (confirmation seeds, the LR probe, equal dropout) load
     theirs from the shared cache."""
-    from sweeps.space import LogUniform, Uniform
+    from sweeps.spec.space import LogUniform, Uniform
 
     compiled = [m for m in modes if m != "none"]
     if not compiled or not isinstance(space.get("dropout"), (Uniform, LogUniform)):

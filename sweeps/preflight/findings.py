@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sweeps.atomic import write_text
+from sweeps.state.atomic import write_text
 
 
 @dataclass(frozen=True)

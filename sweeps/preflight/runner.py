@@ -10,10 +10,10 @@ from sweeps.preflight.compile_check import check_modes, shared_compiles
 from sweeps.preflight.findings import Finding
 from sweeps.preflight.input_check import check_batch
 from sweeps.preflight.schedule_check import check_curve, lr_curve
-from sweeps.space import Categorical, Fixed, IntRange, LogUniform, Uniform, central_value
-from sweeps.spec import Sweep
-from sweeps.trainable import trial_settings
-from sweeps.trainer_loader import load_trainer, on_sys_path
+from sweeps.spec.loader import Sweep
+from sweeps.spec.space import Categorical, Fixed, IntRange, LogUniform, Uniform, central_value
+from sweeps.spec.trainer_loader import load_trainer, on_sys_path
+from sweeps.trial.run import trial_settings
 
 SCHEDULER_HOOK = "lr_scheduler"
 BATCH_HOOK = "sample_batch"

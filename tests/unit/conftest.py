@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from sweeps.book import TrialBook, TrialRecord
-from sweeps.spec import Sweep, load_sweep
+from sweeps.record.book import TrialBook, TrialRecord
+from sweeps.spec.loader import Sweep, load_sweep
 from tests.conftest import copy_sweepfiles, edit_linreg
 
 

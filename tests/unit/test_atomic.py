@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.atomic import replace_dir, write_text
+from sweeps.state.atomic import replace_dir, write_text
 
 
 def _litter(folder: Path) -> list[str]:

@@ -1,4 +1,4 @@
-"""Each private access in ``sweeps.compat`` against the installed Ray and Optuna."""
+"""Each private access in ``sweeps.tune.compat`` against the installed Ray and Optuna."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from packaging.requirements import Requirement
 from ray.tune.schedulers import ASHAScheduler
 from ray.tune.search.optuna import OptunaSearch
 
-from sweeps import compat
+from sweeps.tune import compat
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+; the ranges are the same on 3.10
 
@@ -178,7 +178,7 @@ def test_importing_compat_imports_neither_ray_nor_optuna():
     import subprocess
     import sys
 
-    code = ("import sys, sweeps.compat; "
+    code = ("import sys, sweeps.tune.compat; "
             "print(sorted(m for m in ('ray', 'optuna', 'torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
@@ -186,7 +186,7 @@ def test_importing_compat_imports_neither_ray_nor_optuna():
 
 
 def test_the_driver_stops_before_ray_starts_on_an_untested_ray(monkeypatch):
-    from sweeps.ray_session import ray_running
+    from sweeps.tune.session import ray_running
 
     monkeypatch.setitem(compat.TESTED, "ray", (">=9.0,<9.1", "pip install ray==9.0.*"))
     started = []

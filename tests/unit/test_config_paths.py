@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sweeps.config_paths import collision, get_path, split_path, with_values
+from sweeps.spec.config_paths import collision, get_path, split_path, with_values
 
 
 @pytest.mark.parametrize("bad", ["", ".a", "a.", "a..b"])

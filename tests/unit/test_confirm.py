@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.book import TrialBook, TrialRecord
-from sweeps.confirm import _affordable, _holding, fresh_seeds, judge, plan
 from sweeps.protocol import LR_SCALE_KEY, ROLE_KEY, SEED_KEY
-from sweeps.spec import Sweep
+from sweeps.record.book import TrialBook, TrialRecord
+from sweeps.results.confirm import _affordable, _holding, fresh_seeds, judge, plan
+from sweeps.spec.loader import Sweep
 from tests.unit.conftest import book_of, load_linreg, rec
 
 

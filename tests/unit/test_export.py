@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from sweeps.export import config_for, render, write_config
-from sweeps.spec import Sweep
+from sweeps.results.export import config_for, render, write_config
+from sweeps.spec.loader import Sweep
 
 
 def test_config_for_sets_write_back_paths_only(linreg_sweep: Sweep) -> None:

@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from sweeps.errors import SpecError
-from sweeps.journal import Journal, JournalDamaged, drop_torn_tail, event_problem, parse_lines
+from sweeps.record.journal import (
+    Journal,
+    JournalDamaged,
+    drop_torn_tail,
+    event_problem,
+    parse_lines,
+)
 
 
 def _journal_with_one_trial(folder: Path) -> Journal:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from sweeps import objectives as objs
+from sweeps.record import objectives as objs
 
 
 def _grads(values: list[float]) -> list[dict[str, float]]:

@@ -1,4 +1,4 @@
-"""trials.csv as the driver writes it (sweeps.results) and the report reads it back."""
+"""trials.csv as the driver writes it (sweeps.results.files) and the report reads it back."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sweeps import report
-from sweeps.book import TrialRecord
-from sweeps.objectives import FAILED_INSTABILITY
-from sweeps.pipeline import save_resolved
-from sweeps.results import (
+from sweeps.commands.run import save_resolved
+from sweeps.record.book import TrialRecord
+from sweeps.record.objectives import FAILED_INSTABILITY
+from sweeps.results import report
+from sweeps.results.files import (
     cell_text,
     compile_columns,
     safe_cell,
@@ -21,7 +21,7 @@ from sweeps.results import (
     write_csv,
     write_histories,
 )
-from sweeps.spec import Sweep
+from sweeps.spec.loader import Sweep
 from tests.unit.conftest import book_of
 
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import optuna
 from optuna.trial import TrialState
 
-from sweeps.search import _is_finished, fail_interrupted, study_storage
+from sweeps.tune.searcher import _is_finished, fail_interrupted, study_storage
 
 
 def test_running_trials_are_failed_and_marked_interrupted(tmp_path):

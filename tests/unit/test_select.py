@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sweeps.book import TrialRecord
-from sweeps.select import (
+from sweeps.record.book import TrialRecord
+from sweeps.results.front import (
     INSTABILITY_NOISE,
     STEP_TIME_FLOOR,
     candidates,
@@ -11,7 +11,7 @@ from sweeps.select import (
     pareto_front,
     step_time_noise,
 )
-from sweeps.spec import Objective, Sweep
+from sweeps.spec.loader import Objective, Sweep
 from tests.unit.conftest import book_of, rec
 
 QUALITY = Objective(metric="val_loss")

@@ -9,8 +9,8 @@ import optuna
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from sweeps import space as sp
 from sweeps.errors import SpecError
+from sweeps.spec import space as sp
 from tests.unit.conftest import load_linreg
 
 KNOB = TypeAdapter(sp.Knob)

@@ -16,8 +16,8 @@ from sweeps.cluster import package
 from sweeps.cluster.slurm import plan
 from sweeps.cluster.slurm_render import JobOptions
 from sweeps.errors import SpecError
-from sweeps.spec import load_sweep
-from sweeps.trainer_loader import load_trainer
+from sweeps.spec.loader import load_sweep
+from sweeps.spec.trainer_loader import load_trainer
 from tests.conftest import SWEEPFILES, copy_sweepfiles
 
 

@@ -9,10 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from sweeps.book import TrialRecord, books_of, open_book
 from sweeps.protocol import CRASH, FINAL_KEY, OK, STATUS_KEY
-from sweeps.spec import load_sweep
-from sweeps.tune_hooks import TrialEvents
+from sweeps.record.book import TrialRecord, books_of, open_book
+from sweeps.spec.loader import load_sweep
+from sweeps.tune.callbacks import TrialEvents
 
 
 @pytest.fixture()

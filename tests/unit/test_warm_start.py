@@ -10,10 +10,10 @@ from pathlib import Path
 import optuna
 import pytest
 
-from sweeps import warm_start as ws
+from sweeps.commands.run import save_resolved
 from sweeps.errors import SpecError
-from sweeps.pipeline import save_resolved
-from sweeps.spec import Sweep
+from sweeps.results import warm_start as ws
+from sweeps.spec.loader import Sweep
 from tests.unit.conftest import load_linreg
 
 SPACE = {"lr": optuna.distributions.FloatDistribution(1e-5, 30.0, log=True)}

@@ -1,0 +1,444 @@
+"""Command line: ``sweeps COMMAND`` (run, resume, best, try, stability, preflight, report,
+audit, validate, submit, jobs, slurm; ``sweeps --help`` lists them)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from sweeps.cluster.jobs import add_commands as add_cluster_commands
+from sweeps.cluster.slurm import add_commands as add_slurm_commands
+from sweeps.errors import ClusterNotReady, PreflightFailed, SpecError
+from sweeps.protocol import CRASH, OK, SEARCH, objective_column
+from sweeps.results.audit import add_commands as add_audit_commands
+
+console = Console(highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return "" if math.isnan(v) else f"{v:.4g}"
+    return "" if v is None else str(v)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from sweeps.spec.loader import load_sweep
+
+    sweep = load_sweep(args.file, workdir=Path.cwd())
+    knobs = ", ".join(f"{k} ({type(v).__name__.lower()})" for k, v in sweep.space.items())
+    console.print(f"{args.file}: valid. sweep '{sweep.name}', trainer {sweep.spec.trainer}")
+    console.print(f"  knobs: {knobs}")
+    console.print("  objectives: " + ", ".join(f"{o.metric} ({o.mode})"
+                                                for o in sweep.objectives))
+    console.print(f"  results go to {sweep.output_dir}")
+    for note in sweep.notes:
+        console.print(f"  note: {note}")
+    return 0
+
+
+def _parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise SpecError(f"--set {pair}", "not of the form knob=value", "write e.g. lr=1e-3")
+        value = yaml.safe_load(raw)
+        if isinstance(value, str):  # YAML 1.1 reads 1e-5 (no dot) as text: a number is meant
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        out[key.strip()] = value
+    return out
+
+
+def cmd_try(args: argparse.Namespace) -> int:
+    from sweeps.spec.loader import load_sweep
+    from sweeps.trial.tryout import lr_not_followed, try_trial, try_values
+
+    sweep = load_sweep(args.file, workdir=Path.cwd())
+    sets = _parse_sets(args.set or [])
+    rec = try_trial(sweep, sets, steps=args.steps, seed=args.seed, every=args.print_every,
+                    console=console)
+    if lr_not_followed(try_values(sweep, sets).get("lr"), rec.history):
+        return 2
+    return 0 if rec.verdict is None else 1
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from sweeps.commands.run import run_sweep
+    from sweeps.spec.loader import load_sweep
+
+    sweep = load_sweep(args.file, workdir=Path.cwd(), output=args.output)
+    for note in sweep.notes:
+        err_console.print(f"note: {note}")
+    outcome = run_sweep(sweep, address=args.address, progress=not args.quiet,
+                        tracking_uri=args.tracking_uri, check=not args.no_preflight,
+                        warm_from=Path(args.warm_start) if args.warm_start else None)
+    print_outcome(outcome)
+    return all_crashed(outcome.trials, sweep.output_dir)
+
+
+def all_crashed(trials, folder: Path) -> int:
+    """1, with the first traceback's path, when every search trial crashed (the trainer
+    raised: an error to fix, not a result); else 0."""
+    search = trials[trials["role"] == SEARCH] if len(trials) else trials
+    if not len(search) or not (search["status"] == CRASH).all():
+        return 0
+    first = search.iloc[0]
+    path = folder / "trials" / f"{first['trial_id']}.error.txt"
+    where = f"; traceback: {path}" if path.exists() else ""
+    err_console.print(f"error: every search trial crashed ({len(search)}); the first: "
+                      f"{first['reason']} {first.get('evidence') or ''}{where}", markup=False)
+    return 1
+
+
+def cmd_stability(args: argparse.Namespace) -> int:
+    from sweeps.commands.run import preflight
+    from sweeps.commands.stability import FOLDER, run_stability, stability_sweep
+    from sweeps.results import stability
+    from sweeps.spec.loader import load_sweep
+    from sweeps.trial.tryout import _with_budget
+
+    sweep = load_sweep(args.file, workdir=Path.cwd())
+    if args.steps:
+        sweep = _with_budget(sweep, args.steps)
+    if bool(args.values) == bool(args.range):
+        raise SpecError("--values/--range", "give exactly one of them",
+                        "e.g. --values 1e-4,1e-3,1e-2 or --range 1e-5:1e-1 --points 9")
+    if args.values:
+        values = stability.parse_values(args.values)
+    else:
+        low, sep, high = args.range.partition(":")
+        try:
+            values = stability.log_range(float(low), float(high), args.points)
+        except ValueError:
+            raise SpecError("--range", f"{args.range!r} is not LOW:HIGH",
+                            "write e.g. --range 1e-5:1e-1") from None
+        if not sep or float(low) <= 0 or float(high) < float(low):
+            raise SpecError("--range", f"{args.range!r} is not 0 < LOW <= HIGH",
+                            "write e.g. --range 1e-5:1e-1")
+    second = None
+    if args.and_:
+        name, sep, rest = args.and_.partition("=")
+        if not sep:
+            raise SpecError("--and", f"{args.and_!r} is not NAME=v1,v2",
+                            "write e.g. --and grad_clip=0,1,5")
+        second = (name.strip(), stability.parse_values(rest))
+    from sweeps.state.folder_lock import claim
+
+    # the sweep's results folder is held from the preflight to the last file (a `sweeps
+    # run` of it waits); the stability files go to its own subfolder
+    with claim(sweep.output_dir, "stability"):
+        sweep = stability_sweep(sweep)
+        if not args.no_preflight:
+            sweep = preflight(sweep)
+        result = run_stability(sweep, args.param, values, seeds=args.seeds, second=second,
+                               address=args.address, progress=not args.quiet)
+    shown = result.table if result.display is None else result.display
+    table = Table(title=f"Stability of '{sweep.name}'")
+    for col in shown.columns:
+        table.add_column(str(col), overflow="fold")
+    for _, row in shown.iterrows():
+        table.add_row(*[_fmt(v) for v in row])
+    console.print(table)
+    console.print(result.quality_note)
+    console.print(f"boundary: {result.boundary_text}")
+    console.print(f"recommended {args.param}: {stability.label((result.recommended,))} "
+                  f"({result.why})")
+    clip = "none" if result.clip is None else f"{result.clip:.3g}"
+    console.print(f"recommended grad_clip: {clip} ({result.clip_why})")
+    for w in result.warnings:
+        console.print(f"warning: {w}")
+    console.print("written: " + ", ".join(str(f) for f in result.files))
+    if len(result.table) and (result.table["verdict"] == "crashed").all():
+        err_console.print("error: the trainer crashed on every grid point and seed (not an "
+                          "instability): see the tracebacks in "
+                          f"{sweep.output_dir / FOLDER}/*.error.txt")
+        return 1
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from sweeps.commands.run import resume_sweep
+
+    outcome = resume_sweep(Path(args.dir), address=args.address, progress=not args.quiet,
+                           tracking_uri=args.tracking_uri, trust_state=args.trust_state)
+    print_outcome(outcome)
+    return all_crashed(outcome.trials, outcome.sweep.output_dir)
+
+
+def cmd_best(args: argparse.Namespace) -> int:
+    folder = Path(args.dir)
+    files = sorted((folder / "stable").glob("rank-*.yaml"))
+    if not folder.is_dir():
+        raise SpecError("DIR", f"no results folder at {folder}", "give e.g. results/<name>")
+    if not files:
+        print(f"no confirmed stable config in {folder / 'stable'}", file=sys.stderr)
+        return 1
+    for line in files[0].read_text().splitlines():  # the header says if it is unconfirmed
+        if not line.startswith("#"):
+            break
+        if "UNCONFIRMED" in line or line.startswith("# WARNING"):
+            print(f"warning: {line.lstrip('# ')}", file=sys.stderr)
+    print(files[0])
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    import json
+
+    from sweeps.results.report import summary, write_report
+    from sweeps.state.check import check_for_report
+
+    folder = Path(args.dir)
+    if not (folder / "trials.csv").is_file():
+        raise SpecError("DIR", f"{folder} holds no finished sweep (no trials.csv)",
+                        "give the results folder of a sweep, e.g. results/direction-demo")
+    check_for_report(folder)  # a cut or garbled trials.csv: exit 2 before anything is written
+    if args.format == "json":
+        print(json.dumps(summary(folder), indent=2, default=str))
+        return 0
+    if args.format == "csv":
+        sys.stdout.write((folder / "trials.csv").read_text())
+        return 0
+    pairs = []
+    for pair in args.pair or []:
+        a, sep, b = pair.partition(",")
+        if not sep:
+            raise SpecError("--pair", f"{pair!r} is not KNOB,KNOB", "write e.g. lr,dropout")
+        pairs.append((a.strip(), b.strip()))
+    info = summary(folder)
+    page = write_report(folder, info["name"], [o["metric"] for o in info["objectives"]],
+                        pairs or None)
+    console.print(f"sweep {info['name']}: {info['search_trials']} search trials: " + ", ".join(
+        f"{k} {v}" for k, v in info["counts"].items()))
+    if info["failures"]:
+        console.print("failure reasons: " + ", ".join(
+            f"{k} {v}" for k, v in info["failures"].items()))
+    if info["selection"]:
+        console.print("candidates on fresh seeds: " + ", ".join(
+            f"{k} {v}" for k, v in info["selection"].items()))
+    for trial_id, why in info["fragile"].items():
+        console.print(f"  not handed over {trial_id}: {why}", markup=False)
+    console.print(f"best stable config: {info['best_yaml'] or 'none'}")
+    console.print(f"report: {page}")
+    return 0
+
+
+def cmd_preflight(args: argparse.Namespace) -> int:
+    from sweeps.commands.run import preflight
+    from sweeps.spec.loader import load_sweep
+
+    sweep = preflight(load_sweep(args.file, workdir=Path.cwd()))
+    console.print(f"preflight passed; findings saved in {sweep.output_dir / 'preflight.md'}")
+    return 0
+
+
+def print_outcome(outcome) -> None:
+    """The end-of-run summary: the trials table on a terminal, a compact list that fits 80
+    columns elsewhere (a log file, nohup, SLURM's output file); then the selection."""
+    if console.is_terminal:
+        print_trials_table(outcome)
+    else:
+        print_top_trials(outcome)
+    print_counts_and_selection(outcome)
+
+
+#: Search trials the compact summary lists.
+TOP_TRIALS = 5
+
+
+def print_top_trials(outcome) -> None:
+    """The best ``ok`` search trials, each on two lines of at most 80 columns."""
+    import textwrap
+
+    sweep, trials = outcome.sweep, outcome.trials
+    first = sweep.objectives[0]
+    col = objective_column(first.metric)
+    ok = trials[(trials["role"] == SEARCH) & (trials["status"] == OK)]
+    if col in ok:
+        ok = ok.sort_values(col, ascending=first.mode == "min")
+    console.print(f"top search trials by {first.metric} ({len(ok)} ok; every trial is in "
+                  "trials.csv):", markup=False)
+    for _, row in ok.head(TOP_TRIALS).iterrows():
+        console.print(f"  {row['trial_id']}  {first.metric} {_fmt(row.get(col))}",
+                      markup=False)
+        knobs = " ".join(f"{k}={_fmt(row.get(k))}" for k in sweep.space)
+        for line in textwrap.wrap(knobs, width=74):
+            console.print(f"      {line}", markup=False)
+
+
+def print_trials_table(outcome) -> None:
+    sweep, trials = outcome.sweep, outcome.trials
+    table = Table(title=f"Trials of sweep '{sweep.name}'")
+    objs = [objective_column(o.metric) for o in sweep.objectives]
+    for col in ["trial", "role", "status", "reason @ step", *sweep.space, *[
+            o.metric for o in sweep.objectives]]:
+        table.add_column(col)
+    for _, row in trials.iterrows():
+        why = f"{row['reason']} @ {int(row['stop_step'])}" if row["reason"] else ""
+        table.add_row(row["trial_id"], row["role"], row["status"], why,
+                      *[_fmt(row.get(k)) for k in sweep.space], *[_fmt(row.get(c)) for c in objs])
+    console.print(table)
+
+
+def print_counts_and_selection(outcome) -> None:
+    sweep, trials = outcome.sweep, outcome.trials
+    search = trials[trials["role"] == SEARCH]
+    counts = search["status"].value_counts().to_dict()
+    console.print("search: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    reasons = search[search["reason"] != ""]["reason"].value_counts().to_dict()
+    if reasons:
+        console.print("failure reasons: " + ", ".join(f"{k} {v}" for k, v in reasons.items()))
+    print_selection(outcome)
+    out = sweep.output_dir
+    console.print(f"trials: {out / 'trials.csv'}  report: {outcome.report}")
+    tracked = getattr(outcome, "tracking", None)
+    if tracked and tracked.startswith("sqlite:"):
+        console.print(f"MLflow: mlflow ui --backend-store-uri {tracked}", markup=False)
+    elif tracked:
+        console.print(f"MLflow: {tracked} (experiment {sweep.name})", markup=False)
+    else:
+        console.print(f"MLflow: NOT LOGGED ({getattr(outcome, 'tracking_error', None)}); "
+                      f"see {out / 'tracking.txt'}", markup=False)
+
+
+def print_selection(outcome) -> None:
+    """Candidates judged, why any were fragile, the steps spent, what went to stable/."""
+    chosen = outcome.selection
+    metric = outcome.sweep.objectives[0].metric
+    verdicts = Counter(c.verdict for c in chosen.candidates)
+    console.print(f"Pareto front: {len(outcome.front)} trial(s); {len(chosen.candidates)} "
+                  "candidate(s) judged on fresh seeds: "
+                  + (", ".join(f"{n} {v}" for v, n in verdicts.items()) or "none"))
+    for conf in chosen.fragile:
+        console.print(f"  {conf.verdict} {conf.trial_id}: {conf.fragile_reason}",
+                      markup=False)
+    console.print("steps: " + ", ".join(f"{k} {v}" for k, v in chosen.steps.items() if v))
+    for note in chosen.notes:
+        console.print(f"note: {note}", markup=False)
+    kind = "confirmed" if any(c.confirmed for c in chosen.handed_over) else "UNCONFIRMED"
+    console.print(f"{len(outcome.stable_paths)} {kind} stable config(s) written, best first "
+                  f"(mean {metric} over fresh seeds):")
+    for conf, path in zip(chosen.handed_over, outcome.stable_paths, strict=False):
+        mean = "-" if conf.mean is None else f"{conf.mean:.4g}"
+        worst = "-" if conf.worst is None else f"{conf.worst:.4g}"
+        console.print(f"  {path}  ({metric} mean {mean}, worst seed {worst})", markup=False)
+    if not outcome.stable_paths:
+        console.print("  (none: no candidate held on every fresh seed)")
+    if chosen.base is not None and chosen.base.mean is not None:
+        console.print(f"base config: mean {metric} {chosen.base.mean:.4g} on the same seeds")
+    for warning in outcome.warnings:
+        console.print(f"[bold red]WARNING[/]: {warning}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sweeps", description="Hyperparameter search and stability sweeps for PyTorch "
+        "training. Every command is listed below; sweeps COMMAND --help for its options.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("run", help="run a sweep: search, confirm, write stable YAMLs")
+    p.add_argument("file", help="sweep file (YAML)")
+    p.add_argument("--address", default=None,
+                   help="Ray cluster address (auto, ray://HOST:10001); default: embedded Ray")
+    p.add_argument("--tracking-uri", default=None,
+                   help="MLflow tracking URI (default: MLFLOW_TRACKING_URI or "
+                        "sqlite in the results folder)")
+    p.add_argument("--quiet", action="store_true", help="no per-trial progress lines")
+    p.add_argument("--output", "--storage", dest="output", default=None,
+                   help="results root folder (overrides the sweep file's output:); on a "
+                        "cluster, a path every node and the driver can reach")
+    p.add_argument("--no-preflight", action="store_true",
+                   help="skip the checks of compile modes, LR schedule and input scale")
+    p.add_argument("--warm-start", metavar="DIR", default=None,
+                   help="seed the search with the finished trials of an earlier sweep's "
+                   "results folder whose knobs fit this space (they are not run again)")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("resume", help="continue a sweep whose driver died")
+    p.add_argument("dir", help="the sweep's results folder, e.g. results/direction-demo")
+    p.add_argument("--address", default=None)
+    p.add_argument("--tracking-uri", default=None)
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--trust-state", action="store_true",
+                   help="resume a folder this account's sweeps did not write (or that other "
+                   "users can write); its Ray Tune state is loaded like code")
+    p.set_defaults(func=cmd_resume)
+
+    p = sub.add_parser("report", help="(re)write report.html, or print the results as json/csv")
+    p.add_argument("dir", help="the sweep's results folder")
+    p.add_argument("--format", choices=["html", "json", "csv"], default="html")
+    p.add_argument("--pair", action="append", metavar="KNOB,KNOB",
+                   help="an extra stability-map pair, e.g. lr,dropout; repeatable")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("best", help="print the path of the top confirmed stable YAML")
+    p.add_argument("dir", help="the sweep's results folder")
+    p.set_defaults(func=cmd_best)
+
+    p = sub.add_parser("stability", help="grid over one knob (x a second) on several seeds")
+    p.add_argument("file")
+    p.add_argument("--param", required=True, help="the knob to grid over, e.g. lr")
+    p.add_argument("--values", help="comma-separated values, e.g. 1e-5,1e-4,1e-3")
+    p.add_argument("--range", help="LOW:HIGH, spaced in log scale (with --points)")
+    p.add_argument("--points", type=int, default=9)
+    p.add_argument("--and", dest="and_", metavar="KNOB=V1,V2", help="a second knob to cross")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=None, help="steps per run (default: budget)")
+    p.add_argument("--address", default=None)
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--no-preflight", action="store_true")
+    p.set_defaults(func=cmd_stability)
+
+    p = sub.add_parser("preflight", help="check compile modes, the LR schedule and input scale")
+    p.add_argument("file")
+    p.set_defaults(func=cmd_preflight)
+
+    p = sub.add_parser("try", help="run one trial in-process without Ray, print metrics")
+    p.add_argument("file")
+    p.add_argument("--set", action="append", metavar="KNOB=VALUE",
+                   help="knob value (or dotted config path); repeatable")
+    p.add_argument("--steps", type=int, default=None, help="max steps (default: budget)")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--print-every", type=int, default=25)
+    p.set_defaults(func=cmd_try)
+
+    p = sub.add_parser("validate", help="check a sweep file without running anything")
+    p.add_argument("file")
+    p.set_defaults(func=cmd_validate)
+
+    add_cluster_commands(sub)
+    add_slurm_commands(sub)
+    add_audit_commands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except SpecError as exc:
+        print(f"error: {exc.key}: {exc.problem}.\n  fix: {exc.fix}", file=sys.stderr)
+        return SpecError.exit_code
+    except (PreflightFailed, ClusterNotReady) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

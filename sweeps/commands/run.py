@@ -1,0 +1,253 @@
+"""One whole sweep: search, select, confirm, export, track, report."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from sweeps.errors import PreflightFailed, SpecError
+from sweeps.protocol import SEARCH
+from sweeps.record.book import TrialBook, TrialRecord, books_of, open_book
+from sweeps.results import confirm as confirmation
+from sweeps.results import warm_start
+from sweeps.results.files import (
+    fallback_warning,
+    trials_frame,
+    write_csv,
+    write_front,
+    write_histories,
+)
+from sweeps.results.front import candidates, pareto_front
+from sweeps.results.report import SELECTION_NOTES, write_report
+from sweeps.results.tracking import TRACKING_NOTE, log_sweep, redact, scrub
+from sweeps.results.tracking import tracking_uri as resolve_tracking_uri
+from sweeps.spec.loader import Sweep, load_sweep_dict, read_yaml
+from sweeps.state import check as state_check
+from sweeps.state import folder_lock
+from sweeps.state import seal as state_seal
+from sweeps.state.atomic import write_text
+from sweeps.trial.lr_check import lr_ignored
+from sweeps.tune.experiments import run_configs, run_search
+from sweeps.tune.searcher import STUDY_FILE, fail_interrupted, study_storage
+from sweeps.tune.session import ray_running
+
+
+@dataclass
+class SweepOutcome:
+    """What a finished sweep produced."""
+
+    sweep: Sweep
+    book: TrialBook
+    front: list[TrialRecord]
+    selection: confirmation.Selection
+    stable_paths: list[Path]
+    trials: pd.DataFrame
+    pareto: pd.DataFrame
+    report: Path | None = None
+    warnings: list[str] = field(default_factory=list)
+    tracking: str | None = None  # where MLflow has the sweep, or None when tracking failed
+    tracking_error: str | None = None
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def preflight(sweep: Sweep, echo: Callable[[str], None] = _stderr) -> Sweep:
+    """Run the preflight checks, print and save them; raise if one is an error."""
+    from sweeps.preflight import run_preflight, write_findings
+
+    with folder_lock.claim(sweep.output_dir, "preflight"):
+        sweep, findings = run_preflight(sweep)
+        sweep.output_dir.mkdir(parents=True, exist_ok=True)
+        write_findings(sweep.output_dir, findings)
+    for f in findings:
+        echo(f"preflight {f.line()}")
+    errors = [f for f in findings if f.level == "error"]
+    if errors:
+        raise PreflightFailed(f"preflight found {len(errors)} problem(s) that would spoil every "
+                              f"trial (see {sweep.output_dir / 'preflight.md'}); fix them or "
+                              "run with --no-preflight")
+    return sweep
+
+
+def archive_previous(out: Path) -> Path | None:
+    """Move an earlier run's results aside (``<name>.<timestamp>``) instead of mixing them.
+
+    Takes the folder first (:func:`folder_lock.claim`): a folder another command holds is
+    never renamed (:class:`folder_lock.FolderInUse`), nor is one that is not a sweeps
+    results folder (:class:`folder_lock.ForeignFolder`); both exit 2.
+    """
+    with folder_lock.claim(out, "run"):
+        if not ((out / "trials").exists() or (out / "ray").exists()):
+            return None
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        target = out.with_name(f"{out.name}.{stamp}")
+        n = 1
+        while target.exists() or target.is_symlink():
+            n += 1
+            target = out.with_name(f"{out.name}.{stamp}-{n}")
+        return folder_lock.move_aside(out, target)
+
+
+def save_resolved(sweep: Sweep) -> None:
+    """A self-contained copy of the sweep (base config and space inline) for ``resume``."""
+    out = sweep.output_dir
+    write_text(out / "sweep.yaml", yaml.safe_dump(sweep.resolved(), sort_keys=False))
+    write_text(out / "sweep_state.json", json.dumps({
+        "source": str(sweep.source or ""), "base_dir": str(sweep.base_dir),
+        "workdir": str(sweep.workdir)}, indent=2))
+
+
+def load_resolved(folder: Path) -> Sweep:
+    """The sweep saved in a results folder, with its results going back to that folder; its
+    trials run in the folder it was started from (the sweep file's, if the state lacks it)."""
+    folder = folder.resolve()
+    _require_sweep(folder)
+    state = state_check.read_sweep_state(folder)
+    data = read_yaml(folder / "sweep.yaml", "DIR/sweep.yaml")
+    base_dir, src = Path(state["base_dir"]), state.get("source")
+    workdir = Path(state.get("workdir") or base_dir)  # a state written without it
+    sweep = load_sweep_dict(data, base_dir=base_dir, workdir=workdir)
+    return replace(sweep, output_dir=folder, source=Path(src) if src else None)
+
+
+def _require_sweep(folder: Path) -> None:
+    if not (folder / "sweep.yaml").is_file() or not (folder / "sweep_state.json").is_file():
+        owner = folder_lock.in_use(folder)
+        if owner is not None:  # a run that has not written them yet
+            raise folder_lock.FolderInUse(str(folder), f"in use by {owner}",
+                                          "wait for it to finish (or stop it)")
+        raise SpecError("DIR", f"{folder} holds no sweep to resume (no sweep.yaml and "
+                        "sweep_state.json)", "give the results folder of a sweep, e.g. "
+                        "results/direction-demo")
+
+
+def run_sweep(sweep: Sweep, *, address: str | None = None, progress: bool = True,
+              tracking_uri: str | None = None, check: bool = True,
+              warm_from: Path | None = None) -> SweepOutcome:
+    """Run ``sweep`` end to end and write everything under ``sweep.output_dir``, which it
+    holds from start to end (a second command on it exits 2). ``warm_from``: an earlier
+    sweep's results folder whose fitting trials seed the search (:mod:`sweeps.results.warm_start`),
+    read before anything is written."""
+    warm = warm_start.load(warm_from, sweep) if warm_from is not None else None
+    with folder_lock.claim(sweep.output_dir, "run"):
+        moved = archive_previous(sweep.output_dir)
+        if moved is not None:
+            _stderr(f"note: the previous results of this sweep were moved to {moved}")
+        state_check.refuse_symlinks(sweep.output_dir)
+        if check:
+            sweep = preflight(sweep)
+        sweep.output_dir.mkdir(parents=True, exist_ok=True)
+        unsealed = state_seal.seal(sweep.output_dir)
+        if unsealed:
+            _stderr(f"warning: the results folder is not sealed ({unsealed}); `sweeps "
+                    "resume` of it will need --trust-state")
+        save_resolved(sweep)
+        if warm is not None:
+            warm_start.seed_study(sweep, warm, study_storage(sweep))
+            _stderr(warm.line())
+        return _execute(sweep, address=address, progress=progress, tracking_uri=tracking_uri,
+                        resume=False)
+
+
+def resume_sweep(folder: Path, *, address: str | None = None, progress: bool = True,
+                 tracking_uri: str | None = None, trust_state: bool = False) -> SweepOutcome:
+    """Continue a sweep whose driver died: finished trials are kept, unfinished ones re-run.
+
+    The folder is held first, then checked before anything runs: every state file whole
+    (torn last lines of the journals cut off, any other damage exit 2), and the folder
+    sealed by this account and writable by no other user (:mod:`sweeps.state.seal`;
+    ``trust_state`` skips that). The folder may have been moved or copied since its run."""
+    folder = Path(folder).resolve()
+    _require_sweep(folder)
+    with folder_lock.claim(folder, "resume"):
+        state_check.check_for_resume(folder, echo=_stderr)
+        state_seal.check(folder, trust=trust_state)
+        return _execute(load_resolved(folder), address=address, progress=progress,
+                        tracking_uri=tracking_uri, resume=True)
+
+
+def _execute(sweep: Sweep, *, address: str | None, progress: bool, tracking_uri: str | None,
+             resume: bool) -> SweepOutcome:
+    with books_of(sweep):  # Ray Tune's restored state binds to this folder, wherever it was
+        book = open_book(sweep)
+        if resume:
+            book.set_aside_unfinished()
+        with ray_running(address):
+            run_search(sweep, book, progress=progress, resume=resume)
+            ignored = lr_ignored(book.trials.values())
+            if ignored:
+                raise SpecError("write_back.lr", ignored, "point write_back.lr at the key your "
+                                "trainer builds its optimizer from (`sweeps try FILE --set "
+                                "lr=...` shows the LR it reports)")
+            if resume:
+                fail_interrupted(sweep)
+            search = [r for r in book.trials.values() if r.role == SEARCH]
+            front = pareto_front(book, search, sweep.objectives)
+            ordered = candidates(book, search, front, sweep.objectives,
+                                 pruned=sweep.spec.confirm.seeds > 0)
+
+            def rerun(runs: list[dict], name: str) -> None:
+                run_configs(sweep, book, runs, name, progress=progress,
+                            resume=resume and (sweep.output_dir / name).exists())
+
+            chosen = confirmation.select(sweep, book, ordered, front, rerun)
+        return write_outputs(sweep, book, front, chosen, tracking_uri=tracking_uri)
+
+
+def write_outputs(sweep: Sweep, book: TrialBook, front: list[TrialRecord],
+                  chosen: confirmation.Selection, tracking_uri: str | None = None
+                  ) -> SweepOutcome:
+    """In order of value: trials.csv, per-trial histories, pareto.csv and stable/, the
+    report, then MLflow. A tracking failure is a warning and a note (tracking.txt), never
+    the end of the sweep: everything before it is written by then."""
+    out = sweep.output_dir
+    trials = trials_frame(sweep, book, chosen)
+    warm = warm_start.rows(sweep, study_storage(sweep)) if (out / STUDY_FILE).exists() else []
+    if warm:  # listed after this sweep's own trials; never candidates (role warm_start)
+        trials = pd.concat([trials, pd.DataFrame(warm)], ignore_index=True)
+    write_csv(out / "trials.csv", trials)
+    write_histories(out / "trials", book)
+    pareto, paths = write_front(sweep, book, chosen)
+    notes = out / SELECTION_NOTES
+    if chosen.notes:
+        write_text(notes, "\n".join(chosen.notes) + "\n")
+    elif notes.is_file():
+        notes.unlink()  # a resumed sweep whose confirmation now went further
+    report = write_report(out, sweep.name, [o.metric for o in sweep.objectives])
+    tags = {c.trial_id: {"sweeps.selection": c.verdict,
+                         "sweeps.selection_reason": (c.fragile_reason or "")[:500]}
+            for c in chosen.candidates}
+    for rank, conf in enumerate(chosen.handed_over, start=1):
+        tags[conf.trial_id]["sweeps.pareto_rank"] = str(rank)
+    full = resolve_tracking_uri(sweep, tracking_uri)
+    uri, tracked, error = redact(full), None, None
+    try:
+        logged = log_sweep(sweep, book, tags, tracking_uri)
+        tracked = uri
+        note = [f"MLflow: {uri}", f"experiment: {sweep.name}", f"parent run: {logged.run_id}"]
+        note += [f"metric renamed for MLflow: {k!r} -> {v!r}"
+                 for k, v in logged.renamed.items()]
+    except Exception as exc:  # tracking never ends a sweep
+        first = scrub((str(exc).strip().splitlines() or [""])[0][:300], full)
+        error = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+        _stderr(f"warning: MLflow tracking failed ({error}); every other output is written "
+                f"(trials.csv, pareto.csv, stable/, report.html); see {out / TRACKING_NOTE}")
+        note = [f"MLflow: {uri}", f"NOT LOGGED: {error}",
+                "Every other output of the sweep is complete. To log it once the tracking "
+                f"server is back: sweeps resume {out} --tracking-uri URI (runs nothing again, "
+                "rewrites the outputs and logs them)"]
+    write_text(out / TRACKING_NOTE, "\n".join(note) + "\n")
+    warnings = [w for w in [chosen.base_warning()] if w]
+    warnings += [f"trial {rec.trial_id} {fallback_warning(rec)}"
+                 for rec in book.trials.values() if rec.compile_fallback]
+    return SweepOutcome(sweep, book, front, chosen, paths, trials, pareto, report, warnings,
+                        tracking=tracked, tracking_error=error)

@@ -1,0 +1,577 @@
+"""``sweeps audit DIR``: were the rules right to stop those trials?
+
+A finished sweep's stopped search trials (status ``unstable``; with ``--pruned``
+also the ones ASHA cut) are re-run in this process, without Ray, to the full
+budget on their own seed and knob values, with the rules only watching
+(:class:`sweeps.trial.reporter.TrialReporter` with ``observe=True``): the trainer is
+never stopped, and the first verdict the rules would have given is recorded.
+Each re-run is then judged on how it really ended:
+
+* ``recovered``: finite, and its final quality (the sweep's first objective) is
+  within ``margin`` of the best ``ok`` search trial's, measured with
+  :func:`sweeps.record.objectives.quality_gap` (a share of the best's improvement over
+  the quality objective's ``baseline``, default ``rules.baseline_loss``): a false alarm;
+* ``failed``: it went non-finite, crashed, ended no better than the random-guess
+  baseline (within ``rules.flat_tolerance`` x ``baseline_loss`` of it, or above
+  it), or ended worse than it started;
+* ``poor``: learning and finite, but outside the margin.
+
+Per rule, precision is the share of the audited stops that did not recover
+(1 - recovered / audited); the strict share is failed / audited. Results go to
+``DIR/audit.csv``, ``DIR/audit.md`` and ``DIR/audit/<trial_id>.csv`` (each
+re-run's history).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sweeps.state import seal as state_seal
+from sweeps.state.atomic import replace_dir, write_text
+from sweeps.errors import SpecError
+from sweeps.record.objectives import metric_value, quality_gap, series
+from sweeps.protocol import CRASH, OK, PRUNED, SEARCH, UNSTABLE
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from sweeps.spec.loader import Sweep
+
+DEFAULT_SAMPLE = 10
+DEFAULT_MARGIN = 0.10
+OUTCOMES = ("recovered", "poor", "failed")
+#: The ``reason`` an ASHA-stopped (pruned) trial without a diagnosis is audited under: the
+#: scheduler's cut for trailing quality, not a verdict of the rules (so it has no precision).
+#: A pruned trial the rules diagnosed is audited under ``pruned · <rule>``, a verdict.
+#: Metrics whose non-finite value makes a re-run ``failed`` (not ``grad_norm``: fp16 AMP
+#: skips steps with overflowing gradients on purpose).
+FINITE_KEYS = ("loss", "val_loss")
+_SAFE_ID = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+@dataclass
+class Rerun:
+    """One stopped trial re-run to full length, and how it ended."""
+
+    trial_id: str
+    reason: str
+    stop_step: int | None
+    values: dict[str, Any]
+    seed: int
+    history: list[dict[str, Any]] = field(default_factory=list)
+    status: str = OK                  # ok | crash
+    verdict_reason: str = ""            # the first verdict the rules gave in the re-run
+    verdict_step: int | None = None
+    error: str = ""                     # a crash's traceback
+    quality: float | None = None
+    gap: float | None = None
+    outcome: str = ""
+    why: str = ""
+
+    @property
+    def steps(self) -> int:
+        return int(self.history[-1]["step"]) if self.history else 0
+
+
+@dataclass
+class AuditResult:
+    """What ``run_audit`` did: the re-runs, the per-rule table and the files."""
+
+    reruns: list[Rerun]
+    rows: pd.DataFrame
+    rules: pd.DataFrame
+    metric: str
+    mode: str
+    best: float | None
+    best_from: str
+    steps: int
+    files: list[Path]
+    notes: list[str]
+
+
+# ---------------------------------------------------------------- choosing trials
+
+
+def read_trials(folder: Path) -> pd.DataFrame:
+    """trials.csv with ids and categorical knob values kept as text (only empty cells
+    are missing, so a choice spelt ``none`` or ``NA`` stays what it was)."""
+    import pandas as pd
+
+    try:
+        frame = pd.read_csv(folder / "trials.csv", dtype={"trial_id": str},
+                            keep_default_na=False, na_values=[""])
+    except (pd.errors.EmptyDataError, pd.errors.ParserError) as exc:
+        raise SpecError("DIR/trials.csv", f"{folder / 'trials.csv'} is not a readable CSV "
+                        f"({exc})", "give the results folder of a finished sweep") from exc
+    missing = [c for c in ("trial_id", "status") if c not in frame]
+    if missing:
+        raise SpecError("DIR/trials.csv", f"{folder / 'trials.csv'} has no column "
+                        f"{', '.join(missing)}", "give the results folder of a finished sweep")
+    for col, default in (("role", SEARCH), ("reason", ""), ("status", "")):
+        frame[col] = frame[col].fillna(default).astype(str) if col in frame else default
+    return frame
+
+
+def stopped_trials(trials: pd.DataFrame, pruned: bool = False) -> pd.DataFrame:
+    """The search trials a rule stopped (and, with ``pruned``, those ASHA stopped), with
+    ``reason`` set to :data:`PRUNED` for the latter; in trials.csv order."""
+    statuses = (UNSTABLE, PRUNED) if pruned else (UNSTABLE,)
+    out = trials[(trials["role"] == SEARCH) & trials["status"].isin(statuses)].copy()
+    diagnoses = out["diagnosis"] if "diagnosis" in out else [""] * len(out)
+    out["reason"] = [_pruned_reason(d) if s == PRUNED else (r or UNSTABLE)
+                     for s, r, d in zip(out["status"], out["reason"], diagnoses, strict=True)]
+    return out
+
+
+def _pruned_reason(diagnosis: Any) -> str:
+    """``pruned · collapse`` for a pruned trial the rules diagnosed, else ``pruned``."""
+    text = diagnosis if isinstance(diagnosis, str) else ""
+    rule = text.split(" ", 1)[0] if text.strip() else ""
+    return f"{PRUNED} · {rule}" if rule else PRUNED
+
+
+def pick(stopped: pd.DataFrame, n: int) -> pd.DataFrame:
+    """At most ``n`` trials, round-robin over the reasons so that every reason is
+    represented; the most common reason goes first (ties: by name), trials of a reason
+    in trials.csv order. Deterministic."""
+    counts = stopped["reason"].value_counts()
+    order = sorted(counts.index, key=lambda r: (-int(counts[r]), str(r)))
+    queues = [list(stopped.index[stopped["reason"] == r]) for r in order]
+    chosen: list[Any] = []
+    while len(chosen) < n and any(queues):
+        for queue in queues:
+            if queue and len(chosen) < n:
+                chosen.append(queue.pop(0))
+    return stopped.loc[chosen]
+
+
+def knob_values(sweep: Sweep, row: Mapping[str, Any]) -> dict[str, Any]:
+    """The trial's knob values as the search gave them, from its row in trials.csv."""
+    from sweeps.results.files import cell_text
+    from sweeps.spec.space import Categorical, Fixed, IntRange
+
+    values: dict[str, Any] = {}
+    for name, knob in sweep.space.items():
+        if knob.is_fixed():
+            continue  # trial_values adds the fixed ones
+        raw = row.get(name)
+        missing = raw is None or (isinstance(raw, float) and math.isnan(raw))
+        if isinstance(knob, Categorical):
+            if missing and None in knob.choices:
+                values[name] = None
+                continue
+            match = [c for c in knob.choices if c is not None and
+                     (c == raw or str(c) in (str(raw), cell_text(raw)) or
+                      _same_number(c, raw))]
+            if match:
+                values[name] = match[0]
+                continue
+        elif not missing and not isinstance(knob, Fixed):
+            try:
+                number = float(raw)
+            except (TypeError, ValueError):
+                pass
+            else:
+                values[name] = int(round(number)) if isinstance(knob, IntRange) else number
+                continue
+        raise SpecError(f"DIR/trials.csv: trial {row.get('trial_id')}",
+                        f"column {name!r} holds {raw!r}, not a value of the knob {name}",
+                        "audit the results folder the sweep wrote, with its own sweep.yaml")
+    return values
+
+
+def _same_number(a: Any, b: Any) -> bool:
+    try:
+        return not isinstance(a, bool) and float(a) == float(b)
+    except (TypeError, ValueError):
+        return False
+
+
+# ---------------------------------------------------------------- re-running
+
+
+def rerun(sweep: Sweep, trainer: Callable, run: Rerun, steps: int) -> Rerun:
+    """Run the trainer once to ``steps`` with the rules only observing, from a clean compiler
+    state (the re-runs share one process); a trainer exception ends the re-run as ``crash``."""
+    from sweeps.trial.compile import reset_compiler
+    from sweeps.trial.failures import (
+        TrainerExit,
+        classify,
+        exit_verdict,
+        format_exception,
+        process_exit_raises,
+    )
+    from sweeps.trial.reporter import TrialReporter, TrialStopped
+    from sweeps.trial.run import trainer_metrics, trial_settings, trial_values
+
+    values = trial_values(sweep, run.values)  # no _lr_scale: search trials have none
+    reporter = TrialReporter(trial_settings(sweep, values), lambda result: None, observe=True,
+                             required=trainer_metrics(sweep))
+    config = sweep.trial_config(values, trial_id=run.trial_id, seed=run.seed, max_steps=steps)
+    config["sweep"]["checkpoint"] = None
+    reset_compiler()
+    try:
+        with process_exit_raises():
+            trainer(config, reporter)
+    except TrialStopped as stop:  # only a bad metric stops an observed run
+        run.status, run.why = CRASH, stop.verdict.summary()
+    except (SystemExit, TrainerExit) as exc:
+        run.status, run.why = CRASH, exit_verdict(exc, 0).summary()
+    except Exception as exc:  # noqa: BLE001 - a trainer error is this re-run's outcome
+        run.status, run.error = CRASH, format_exception(exc)
+        last = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ""
+        run.why = f"{classify(exc)}: {type(exc).__name__}: {last}"
+    if not reporter.history and run.status == OK:
+        run.status, run.why = CRASH, "crash: the trainer returned without calling report"
+    run.history = reporter.history
+    if reporter.verdict is not None:
+        run.verdict_reason, run.verdict_step = reporter.verdict.reason, reporter.verdict.step
+    return run
+
+
+def judge(run: Rerun, metric: str, mode: str, best: float | None,
+          baseline: float | None, tolerance: float, margin: float) -> Rerun:
+    """Set the re-run's quality, gap, outcome and why (see the module docstring)."""
+    hist = run.history
+    run.quality = metric_value(hist, metric) if hist else None
+    reported = [h[metric] for h in hist if isinstance(h.get(metric), float)]
+    if reported and _non_finite(reported[-1]):
+        run.quality = reported[-1]  # it ended non-finite: not its last finite value
+    run.gap = None
+    if best is not None and run.quality is not None and math.isfinite(run.quality):
+        run.gap = quality_gap(run.quality, best, mode, baseline)
+    if run.status == CRASH:
+        run.outcome, run.why = "failed", run.why or "crash"
+        return run
+    for key in dict.fromkeys((*FINITE_KEYS, metric)):
+        bad = next((h for h in hist if _non_finite(h.get(key))), None)
+        if bad is not None:
+            run.outcome = "failed"
+            run.why = f"{key} went non-finite ({bad[key]}) at step {bad['step']}"
+            return run
+    if run.quality is None or not math.isfinite(run.quality):
+        run.outcome, run.why = "failed", f"never reported a finite {metric}"
+        return run
+    judged, value = (metric, run.quality) if mode == "min" else \
+        ("loss", (series(hist, "loss") or [None])[-1])
+    if baseline is not None and value is not None and \
+            value >= baseline - tolerance * baseline:
+        run.outcome = "failed"
+        run.why = (f"ended at {judged} {value:.4g}, no better than the random-guess "
+                   f"{baseline:.4g} (band {tolerance:g} x baseline)")
+        return run
+    worse = _worse_than_start(hist, metric, mode)
+    if worse:
+        run.outcome, run.why = "failed", worse
+        return run
+    if run.gap is None:
+        run.outcome, run.why = "poor", "no reference quality to compare with"
+    elif run.gap <= margin:
+        run.outcome = "recovered"
+        run.why = f"{metric} {run.quality:.4g} within {margin:.0%} of the best {best:.4g}"
+    else:
+        run.outcome = "poor"
+        run.why = f"{metric} {run.quality:.4g} is {run.gap:.0%} worse than the best {best:.4g}"
+    return run
+
+
+def _non_finite(value: Any) -> bool:
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def _worse_than_start(hist: Sequence[Mapping[str, Any]], metric: str, mode: str) -> str:
+    """Why the run ended worse than it started ('' if it did not): its quality metric's
+    last value against its first (when reported at least twice), else the mean training
+    loss of the last tenth of reports against the first tenth."""
+    values = series(hist, metric)
+    if len(values) >= 2:
+        first, last = values[0], values[-1]
+        if (last > first) if mode == "min" else (last < first):
+            return f"ended worse than it started: {metric} {first:.4g} -> {last:.4g}"
+        return ""
+    losses = series(hist, "loss")
+    if len(losses) >= 2:
+        k = max(1, len(losses) // 10)
+        first, last = sum(losses[:k]) / k, sum(losses[-k:]) / k
+        if last > first:
+            return f"ended worse than it started: mean loss {first:.4g} -> {last:.4g}"
+    return ""
+
+
+# ---------------------------------------------------------------- tables
+
+
+def per_rule(rows: pd.DataFrame, stopped: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per reason: stopped in the search (when ``stopped`` is given), audited,
+    recovered, poor, failed, precision (1 - recovered / audited) and failed share."""
+    import pandas as pd
+
+    out = []
+    for reason in dict.fromkeys(rows["reason"]):
+        part = rows[rows["reason"] == reason]
+        n = len(part)
+        counts = {o: int((part["outcome"] == o).sum()) for o in OUTCOMES}
+        rec = {"rule": reason}
+        if stopped is not None:
+            rec["stopped"] = int((stopped["reason"] == reason).sum())
+        verdict = n and reason != PRUNED  # ASHA's own cut is no verdict to be precise about
+        rec.update({"audited": n, **counts,
+                    "precision": 1 - counts["recovered"] / n if verdict else float("nan"),
+                    "failed_share": counts["failed"] / n if n else float("nan")})
+        out.append(rec)
+    return pd.DataFrame(out)
+
+
+def rule_line(rec: Mapping[str, Any]) -> str:
+    """``flat_at_baseline: 5 audited, 4 failed, 1 poor, 0 recovered: precision 100 %``."""
+    n = int(rec["audited"])
+    of = f" of {int(rec['stopped'])}" if "stopped" in rec and int(rec["stopped"]) > n else ""
+    head = (f"{rec['rule']}: {n}{of} audited, {int(rec['failed'])} failed, "
+            f"{int(rec['poor'])} poor, {int(rec['recovered'])} recovered: ")
+    if rec["rule"] == PRUNED:
+        return head + "ASHA's cut for trailing quality, no verdict of the rules (no precision)"
+    return head + f"precision {_pct(rec['precision'])}, strict {_pct(rec['failed_share'])}"
+
+
+def _pct(share: float) -> str:
+    return "-" if share is None or math.isnan(share) else f"{100 * share:.0f} %"
+
+
+def _fmt(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _md_table(frame: pd.DataFrame) -> str:
+    def cell(v: Any) -> str:
+        return _fmt(v).replace("|", "\\|").replace("\n", " ")
+
+    head = "| " + " | ".join(str(c) for c in frame.columns) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    body = ["| " + " | ".join(cell(v) for v in rec) + " |"
+            for rec in frame.itertuples(index=False)]
+    return "\n".join([head, rule, *body])
+
+
+def _rows(reruns: Sequence[Rerun], knobs: Sequence[str], metric: str) -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame([{
+        "trial_id": r.trial_id, "reason": r.reason, "stop_step": r.stop_step,
+        **{k: r.values.get(k) for k in knobs}, "seed": r.seed, "steps": r.steps,
+        "metric": metric, "quality": r.quality, "gap": r.gap, "outcome": r.outcome,
+        "why": r.why, "status": r.status, "rerun_reason": r.verdict_reason,
+        "rerun_step": r.verdict_step} for r in reruns]).astype(
+            {"stop_step": "Int64", "rerun_step": "Int64"})
+
+
+def markdown(sweep_name: str, result: AuditResult, n_stopped: int, sample: int,
+             margin: float, shown: pd.DataFrame) -> str:
+    """audit.md: what was re-run, the definitions, the per-rule table and the rows."""
+    table = result.rules.copy()
+    table["precision"] = [_pct(v) for v in table["precision"]]
+    table["failed_share"] = [_pct(v) for v in table["failed_share"]]
+    ref = "none" if result.best is None else f"{result.best:.4g} ({result.best_from})"
+    lines = [
+        f"# Rule audit of sweep {sweep_name}", "",
+        f"{len(result.reruns)} of the {n_stopped} stopped search trials (a sample of at most "
+        f"{sample}, round-robin over the reasons) re-run in one process to {result.steps} "
+        "steps on their own seed and knob values, with the rules only watching (never "
+        "stopping the trainer).", "",
+        f"Quality: {result.metric} ({result.mode}), its last reported value. Reference: the "
+        f"best `ok` search trial, {ref}.", "",
+        f"- **recovered**: finite, and within {margin:.0%} of the reference "
+        "(`objectives.quality_gap`: a share of the reference's improvement over "
+        "the objective's `baseline` (default `rules.baseline_loss`), else of its "
+        "magnitude): a false alarm.",
+        "- **failed**: went non-finite, crashed, ended no better than the random-guess "
+        "baseline (within `rules.flat_tolerance` x `baseline_loss` of it, or above it), or "
+        "ended worse than it started.",
+        "- **poor**: learning and finite, but outside the margin.",
+        "- **precision**: share of a rule's audited stops that did not recover "
+        "(1 - recovered / audited); **failed_share**: the strict share that failed. "
+        "`pruned · <rule>`: trials ASHA cut that the rules diagnosed (a verdict); "
+        "`pruned`: trials ASHA cut for trailing quality with no diagnosis (no verdict, no "
+        "precision).", "",
+        *[f"Note: {n}" for n in result.notes], "" if result.notes else None,
+        "## Per rule", "", _md_table(table), "",
+        "## Re-runs", "",
+        "`rerun_reason` / `rerun_step`: the first verdict the rules gave in the re-run. "
+        "Histories: `audit/<trial_id>.csv`.", "",
+        _md_table(shown), "",
+    ]
+    return "\n".join(line for line in lines if line is not None)
+
+
+# ---------------------------------------------------------------- the command
+
+
+def run_audit(folder: Path, *, sample: int = DEFAULT_SAMPLE, steps: int | None = None,
+              pruned: bool = False, margin: float = DEFAULT_MARGIN,
+              echo: Callable[[str], None] = print,
+              trust_state: bool = False) -> AuditResult | None:
+    """Audit the stopped trials of the results folder ``folder`` (see the module
+    docstring); None when there is nothing to audit (nothing is written then). The folder
+    names the trainer to run, so it must be sealed by this account (``trust_state``:
+    :mod:`sweeps.state.seal`)."""
+    from sweeps.commands.run import load_resolved
+    from sweeps.trial.run import prepare_process
+    from sweeps.spec.trainer_loader import load_trainer
+
+    folder = Path(folder)
+    if sample < 1:
+        raise SpecError("--sample", f"{sample} is below 1", "give e.g. --sample 10")
+    if steps is not None and steps < 1:
+        raise SpecError("--steps", f"{steps} is below 1", "give e.g. --steps 1000, or leave "
+                        "it out for the sweep's budget.max_steps")
+    if not margin >= 0:
+        raise SpecError("--margin", f"{margin} is not >= 0", "give e.g. --margin 0.1 (10 %)")
+    if not (folder / "trials.csv").is_file():
+        raise SpecError("DIR", f"{folder} holds no finished sweep (no trials.csv)",
+                        "give the results folder of a sweep, e.g. results/direction-demo")
+    if not (folder / "sweep.yaml").is_file():
+        raise SpecError("DIR", f"{folder} has a trials.csv but no sweep.yaml (the sweep as "
+                        "it ran)", "give the results folder a sweep wrote, not a copy of "
+                        "trials.csv alone")
+    trials = read_trials(folder)
+    stopped = stopped_trials(trials, pruned)
+    chosen = pick(stopped, sample)
+    if not len(chosen):
+        kinds = "unstable or pruned" if pruned else "unstable"
+        echo(f"nothing to audit: no search trial in {folder / 'trials.csv'} is {kinds}")
+        return None
+    state_seal.check(folder, trust=trust_state)  # the trainer it names is about to run
+    sweep = load_resolved(folder)
+    objective = sweep.objectives[0]
+    metric, mode = objective.metric, objective.mode
+    rules = sweep.spec.rules
+    budget = steps or sweep.spec.budget.max_steps
+    notes: list[str] = []
+    if budget != sweep.spec.budget.max_steps:
+        notes.append(f"re-runs go to {budget} steps, the search trials to "
+                     f"{sweep.spec.budget.max_steps}: the reference quality is the search's")
+    best, best_from = _reference(trials, metric, mode)
+    runs = []
+    for rec in chosen.to_dict(orient="records"):
+        stop = rec.get("stop_step")
+        if stop is None or (isinstance(stop, float) and math.isnan(stop)):
+            stop = rec.get("steps")
+        seed = rec.get("seed")
+        runs.append(Rerun(
+            str(rec["trial_id"]), str(rec["reason"]),
+            None if stop is None or (isinstance(stop, float) and math.isnan(stop))
+            else int(stop), knob_values(sweep, rec),
+            sweep.spec.seed if seed is None or (isinstance(seed, float) and math.isnan(seed))
+            else int(seed)))
+    prepare_process(sweep, int(sweep.spec.resources.cpu))
+    trainer = load_trainer(sweep.spec.trainer, sweep.trainer_paths)
+    echo(f"auditing {len(runs)} of {len(stopped)} stopped trial(s) of sweep '{sweep.name}': "
+         f"each re-run to {budget} steps with the rules only watching")
+    for i, run in enumerate(runs, start=1):
+        rerun(sweep, trainer, run, budget)
+        judge(run, metric, mode, best, sweep.quality_baseline, rules.flat_tolerance, margin)
+        echo(f"  {i}/{len(runs)} {_run_line(run, metric)}")
+    if best is None:  # no ok search trial: the best re-run that did not fail is the reference
+        good = [r.quality for r in runs if r.outcome != "failed" and r.quality is not None]
+        if good:
+            best = min(good) if mode == "min" else max(good)
+            best_from = "no ok search trial: the best re-run"
+            notes.append("no search trial finished ok; the best re-run is the reference")
+            for run in runs:
+                judge(run, metric, mode, best, sweep.quality_baseline, rules.flat_tolerance,
+                      margin)
+                echo(f"  judged against the best re-run: {_run_line(run, metric)}")
+    knobs = [k for k in sweep.space if not sweep.space[k].is_fixed()]
+    rows = _rows(runs, knobs, metric)
+    table = per_rule(rows, stopped)
+    result = AuditResult(runs, rows, table, metric, mode, best, best_from, budget, [], notes)
+    result.files = _write(folder, sweep.name, result, len(stopped), sample, margin)
+    for rec in table.to_dict(orient="records"):
+        echo(rule_line(rec))
+    for note in notes:
+        echo(f"note: {note}")
+    echo("written: " + ", ".join(str(f) for f in result.files))
+    return result
+
+
+def _run_line(run: Rerun, metric: str) -> str:
+    quality = "-" if run.quality is None else f"{run.quality:.4g}"
+    return (f"{run.trial_id} ({run.reason} @ {_fmt(run.stop_step)}): {run.steps} steps, "
+            f"{metric} {quality}: {run.outcome} ({run.why})")
+
+
+def _reference(trials: pd.DataFrame, metric: str, mode: str) -> tuple[float | None, str]:
+    """The best quality among the ok search trials, and which trial had it."""
+    import pandas as pd
+
+    col = f"objective_{metric}"
+    ok = trials[(trials["role"] == SEARCH) & (trials["status"] == OK)]
+    if col not in ok or not len(ok):
+        return None, ""
+    values = pd.to_numeric(ok[col], errors="coerce")
+    values = values[values.map(lambda v: math.isfinite(v) if pd.notna(v) else False)]
+    if not len(values):
+        return None, ""
+    idx = values.idxmin() if mode == "min" else values.idxmax()
+    return float(values[idx]), f"trial {ok.loc[idx, 'trial_id']}"
+
+
+def _write(folder: Path, name: str, result: AuditResult, n_stopped: int, sample: int,
+           margin: float) -> list[Path]:
+    """audit/<id>.csv (swapped in whole), audit.csv and audit.md, each atomically."""
+    import pandas as pd
+
+    from sweeps.results.files import write_csv
+
+    def fill(tmp: Path) -> None:
+        for run in result.reruns:
+            if not _SAFE_ID.fullmatch(run.trial_id):
+                continue
+            if run.history:
+                write_text(tmp / f"{run.trial_id}.csv",
+                           pd.DataFrame(run.history).to_csv(index=False))  # numbers only
+            if run.error:
+                write_text(tmp / f"{run.trial_id}.error.txt", run.error)
+
+    replace_dir(folder / "audit", fill)
+    write_csv(folder / "audit.csv", result.rows)
+    shown = result.rows.drop(columns=["metric"]).rename(columns={"quality": result.metric})
+    shown["gap"] = ["" if pd.isna(g) else f"{100 * g:+.1f} %" for g in shown["gap"]]
+    write_text(folder / "audit.md", markdown(name, result, n_stopped, sample, margin, shown))
+    return [folder / "audit.csv", folder / "audit.md", folder / "audit"]
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    run_audit(Path(args.dir), sample=args.sample, steps=args.steps, pruned=args.pruned,
+              margin=args.margin, trust_state=args.trust_state)
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Register ``audit`` on the CLI's subparsers."""
+    p = sub.add_parser("audit", help="re-run the trials the rules stopped to full length and "
+                                     "measure how often a stop was a false alarm")
+    p.add_argument("dir", help="the sweep's results folder, e.g. results/direction-demo")
+    p.add_argument("--sample", type=int, default=DEFAULT_SAMPLE,
+                   help=f"most stopped trials to re-run, round-robin over the reasons "
+                        f"(default {DEFAULT_SAMPLE})")
+    p.add_argument("--steps", type=int, default=None,
+                   help="steps per re-run (default: the sweep's budget.max_steps)")
+    p.add_argument("--pruned", action="store_true",
+                   help="also audit the trials ASHA stopped (reason 'pruned')")
+    p.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
+                   help="largest quality gap to the best ok trial that counts as recovered "
+                        f"(default {DEFAULT_MARGIN}: 10 %%)")
+    p.add_argument("--trust-state", action="store_true",
+                   help="audit a folder this account's sweeps did not write (it runs the "
+                   "trainer the folder names)")
+    p.set_defaults(func=cmd_audit)

@@ -1,0 +1,470 @@
+"""Confirmation: candidates re-run on fresh seeds and at LR × probe, judged robust or fragile.
+
+A config is handed over only if it holds on seeds it was not picked on. Each
+candidate (a search trial) is re-run on ``confirm.seeds`` new seeds and once at
+``lr × confirm.lr_probe`` on its own seed. Its verdict:
+
+- ``fragile``: a re-run ended unstable or crashed, the LR probe did, or its
+  quality on its worst seed is more than ``confirm.tolerance`` worse than on its
+  best seed: ``(worst - best) / (baseline - best)``, the share of the best seed's
+  improvement over the random-guess loss that the worst seed gives up, when
+  the quality objective has a ``baseline`` (default ``rules.baseline_loss``);
+  ``(worst - best) / |best|`` otherwise;
+- ``incomplete``: fewer re-runs were recorded than planned (e.g. 0 of 2);
+- ``poor``: holds on every seed, but it is off the front (tried because better
+  configs proved fragile) and its fresh-seed mean is more than ``confirm.tolerance``
+  behind the best confirmed config's: stable, not good, so not handed over;
+- ``confirmed``: every planned re-run recorded, stable, and within the tolerance;
+- ``unconfirmed``: no confirmation seeds were planned (``confirm.seeds: 0``).
+
+Confirmed configs are ranked by their mean quality over the *fresh* seeds (the
+search seed is where the config was picked for being good, so its value is
+optimistic), the worst seed breaking ties: the order is what the user will get.
+A candidate whose search trial the scheduler pruned is judged on its fresh seeds
+alone (its search run was cut short, so its value is not comparable).
+Candidates are confirmed in rounds down the ranked list until ``confirm.keep``
+hold or ``confirm.max_candidates`` were tried. Each round is raced in two stages:
+every candidate first runs on one fresh seed (the screen); one that is already
+unstable there, or already further than the tolerance from its search seed, is
+``fragile`` at once and runs nothing more; the rest run their other fresh seeds and
+the LR probe. A fragile candidate so costs one re-run instead of all of them, and
+what it would have cost goes to the next candidates. The base config's own knob
+values run on the same seeds (``confirm.base``) as a reference.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sweeps.record import objectives
+from sweeps.record.book import TrialBook, TrialRecord
+from sweeps.protocol import BASE as BASE_ROLE
+from sweeps.protocol import (
+    LR_SCALE_KEY,
+    OK,
+    PRUNED,
+    ROLE_KEY,
+    SEARCH,
+    SEED_KEY,
+    confirm_role,
+    probe_role,
+)
+from sweeps.spec.loader import Objective, Sweep
+
+#: Verdicts under which a candidate is handed over.
+HOLDS = ("confirmed", "unconfirmed")
+
+
+@dataclass
+class SeedRun:
+    """One run of a config on one seed, as far as selection cares."""
+
+    seed: int
+    status: str
+    reason: str | None
+    stop_step: int | None
+    quality: float | None
+
+    @classmethod
+    def of(cls, rec: TrialRecord, metric: str) -> SeedRun:
+        step = rec.last_step if rec.status == PRUNED else rec.stop_step  # where it was cut
+        return cls(rec.seed, rec.status, rec.reason, step,
+                   objectives.metric_value(rec.history, metric))
+
+    def failure(self) -> str:
+        return f"{self.reason or self.status} @ {self.stop_step}"
+
+
+@dataclass
+class Confirmation:
+    """What the re-runs of one candidate showed, and its verdict."""
+
+    trial_id: str
+    quality: Objective
+    tolerance: float
+    planned: int
+    search: SeedRun
+    runs: list[SeedRun] = field(default_factory=list)
+    probe_planned: bool = False
+    probe: SeedRun | None = None
+    lr_sensitivity: float | None = None
+    on_front: bool = True
+    baseline: float | None = None
+    #: The best holding candidate's fresh-seed mean, when this one is far behind it.
+    poor_against: float | None = None
+
+    # ---- per-seed figures
+    @property
+    def seeds(self) -> list[int]:
+        """The confirmation seeds that were recorded."""
+        return [r.seed for r in self.runs]
+
+    @property
+    def seed_status(self) -> list[str]:
+        return [r.status for r in self.runs]
+
+    @property
+    def seeds_passed(self) -> int:
+        return sum(r.status == OK for r in self.runs)
+
+    @property
+    def seed_reasons(self) -> list[str]:
+        return [f"seed {r.seed}: {r.failure()}" for r in self.runs if r.status != OK]
+
+    @property
+    def probe_status(self) -> str | None:
+        return self.probe.status if self.probe else None
+
+    @property
+    def probe_reason(self) -> str | None:
+        return self.probe.reason if self.probe else None
+
+    @property
+    def by_seed(self) -> dict[int, float | None]:
+        """Quality on every seed that ran: the search seed first, then the fresh ones."""
+        return {r.seed: r.quality for r in [self.search, *self.runs]}
+
+    def _values(self, fresh_only: bool) -> list[float]:
+        runs = self.runs if fresh_only and self.runs else [self.search, *self.runs]
+        return [r.quality for r in runs if r.status == OK and r.quality is not None
+                and math.isfinite(r.quality)]
+
+    @property
+    def mean(self) -> float | None:
+        """Mean quality over the fresh seeds (the search seed's when none ran)."""
+        values = self._values(fresh_only=True)
+        return statistics.fmean(values) if values else None
+
+    def _extreme(self, worst: bool) -> float | None:
+        values = self._values(fresh_only=False)
+        if not values:
+            return None
+        return max(values) if (self.quality.mode == "min") == worst else min(values)
+
+    @property
+    def worst(self) -> float | None:
+        """Quality on the worst seed that ran stable, the search seed included."""
+        return self._extreme(worst=True)
+
+    @property
+    def best(self) -> float | None:
+        return self._extreme(worst=False)
+
+    @property
+    def spread(self) -> float | None:
+        """How much worse the worst seed is than the best (``objectives.quality_gap``)."""
+        worst, best = self.worst, self.best
+        if worst is None or best is None:
+            return None
+        return objectives.quality_gap(worst, best, self.quality.mode, self.baseline)
+
+    # ---- verdict
+    def _problem(self) -> tuple[str, str] | None:
+        """(verdict, reason) when the candidate does not hold, else None.
+
+        Fragility seen on the runs recorded so far is final (more seeds can only widen
+        the gap), so it is checked before completeness: a candidate the screen rejected
+        is ``fragile``, not ``incomplete``.
+        """
+        planned = self.planned + self.probe_planned
+        done = len(self.runs) + (self.probe is not None)
+        cut = (f" (settled by {done} of {planned} confirmation runs; the rest were not run)"
+               if done < planned else "")
+        failed = self.seed_reasons
+        if failed:
+            return "fragile", "unstable on a fresh seed: " + "; ".join(failed) + cut
+        if self.probe is not None and self.probe.status != OK:
+            return "fragile", f"LR probe unstable: {self.probe.failure()}"
+        spread = self.spread
+        if spread is not None and spread > self.tolerance:
+            return "fragile", self._gap_text(spread) + cut
+        if done < planned:
+            return "incomplete", f"only {done} of {planned} confirmation runs recorded"
+        unreported = [r.seed for r in [self.search, *self.runs] if r.quality is None]
+        if unreported:
+            return "incomplete", f"no {self.quality.metric} reported on seed(s) {unreported}"
+        if self.poor_against is not None and self.mean is not None:
+            gap = objectives.quality_gap(self.mean, self.poor_against, self.quality.mode,
+                                         self.baseline)
+            return "poor", (f"holds on every seed, but its mean {self.quality.metric} over "
+                            f"fresh seeds, {self.mean:.4g}, is {gap:.0%} behind the best "
+                            f"confirmed config's {self.poor_against:.4g} (tolerance "
+                            f"{self.tolerance:.0%}), and it is on no front that trades "
+                            "quality for another objective")
+        return None
+
+    @property
+    def fragile_reason(self) -> str | None:
+        """Why the candidate is fragile or incomplete (None when it holds)."""
+        problem = self._problem()
+        return problem[1] if problem else None
+
+    def _gap_text(self, spread: float) -> str:
+        metric, seeds = self.quality.metric, self.by_seed
+        worst_seed = next(s for s, v in seeds.items() if v == self.worst)
+        best_seed = next(s for s, v in seeds.items() if v == self.best)
+        scale = objectives.gap_scale(self.best, self.quality.mode, self.baseline)
+        of = "worse" if scale == abs(self.best) else \
+            "of its improvement over the random-guess loss"
+        return (f"seed {worst_seed}: {metric} {self.worst:.4g} against seed {best_seed}'s "
+                f"{self.best:.4g}, {spread:.0%} {of} (tolerance {self.tolerance:.0%})")
+
+    @property
+    def verdict(self) -> str:
+        """confirmed | fragile | incomplete | poor | unconfirmed (see the module docstring)."""
+        problem = self._problem()
+        if problem is not None:
+            return problem[0]
+        return "confirmed" if self.planned > 0 else "unconfirmed"
+
+    @property
+    def confirmed(self) -> bool:
+        return self.verdict == "confirmed"
+
+    @property
+    def holds(self) -> bool:
+        """Handed over: confirmed, or unconfirmed because no seeds were planned."""
+        return self.verdict in HOLDS
+
+    def rank_key(self) -> tuple[float, float]:
+        """Mean fresh-seed quality, then the worst seed; smaller is better."""
+        sign = 1.0 if self.quality.mode == "min" else -1.0
+        mean, worst = self.mean, self.worst
+        return (sign * mean if mean is not None else math.inf,
+                sign * worst if worst is not None else math.inf)
+
+
+@dataclass
+class BaseReference:
+    """The base config's own knob values, run on the same seeds as the candidates."""
+
+    values: dict[str, Any]
+    quality: Objective
+    runs: list[SeedRun] = field(default_factory=list)
+
+    @property
+    def mean(self) -> float | None:
+        """Mean over the fresh seeds where they ran stable (else every stable seed)."""
+        ok = [r for r in self.runs if r.status == OK and r.quality is not None]
+        fresh = [r.quality for r in ok[1:]] or [r.quality for r in ok]
+        return statistics.fmean(fresh) if fresh else None
+
+    @property
+    def failures(self) -> list[str]:
+        return [f"seed {r.seed}: {r.failure()}" for r in self.runs if r.status != OK]
+
+
+@dataclass
+class Selection:
+    """Every candidate that was judged, in the order stable/ and pareto.csv use."""
+
+    candidates: list[Confirmation]
+    base: BaseReference | None = None
+    steps: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def handed_over(self) -> list[Confirmation]:
+        return [c for c in self.candidates if c.holds]
+
+    @property
+    def fragile(self) -> list[Confirmation]:
+        return [c for c in self.candidates if not c.holds]
+
+    def base_warning(self) -> str | None:
+        """A loud line when the top config is no better than the base config's own values."""
+        top = self.handed_over[0] if self.handed_over else None
+        if top is None or self.base is None or self.base.mean is None or top.mean is None:
+            return None
+        q = top.quality
+        worse = top.mean > self.base.mean if q.mode == "min" else top.mean < self.base.mean
+        if not worse:
+            return None
+        return (f"the top config ({top.trial_id}) is WORSE than your base config on fresh "
+                f"seeds: mean {q.metric} {top.mean:.4g} against the base config's "
+                f"{self.base.mean:.4g}; keep your base config or widen the search")
+
+
+def fresh_seeds(sweep: Sweep) -> list[int]:
+    """The confirmation seeds: the ones after the search seed."""
+    return [sweep.spec.seed + 1 + k for k in range(sweep.spec.confirm.seeds)]
+
+
+def probes(sweep: Sweep, values: dict[str, Any]) -> bool:
+    return sweep.spec.confirm.lr_probe > 0 and "lr" in values
+
+
+def plan(sweep: Sweep, batch: list[TrialRecord], stage: str = "all") -> list[dict[str, Any]]:
+    """Re-run configs: each candidate on the fresh seeds and once at LR × probe.
+
+    ``stage`` "screen" plans the first fresh seed only, "finish" the other fresh seeds
+    and the probe, "all" both.
+    """
+    seeds = fresh_seeds(sweep)
+    if stage == "screen":
+        seeds = seeds[:1]
+    elif stage == "finish":
+        seeds = seeds[1:]
+    runs: list[dict[str, Any]] = []
+    for rec in batch:
+        for seed in seeds:
+            runs.append({**rec.values, SEED_KEY: seed, ROLE_KEY: confirm_role(rec.trial_id)})
+        if stage != "screen" and probes(sweep, rec.values):
+            runs.append({**rec.values, SEED_KEY: rec.seed,
+                         LR_SCALE_KEY: sweep.spec.confirm.lr_probe,
+                         ROLE_KEY: probe_role(rec.trial_id)})
+    for run in runs:  # the probe scales lr inside the trial; keep the member's own value here
+        run.setdefault(LR_SCALE_KEY, None)
+    return runs
+
+
+def plan_base(sweep: Sweep) -> list[dict[str, Any]]:
+    """The base config's own knob values on the search seed and every fresh seed (none
+    without fresh seeds: ``confirm.seeds: 0`` re-runs nothing but the LR probes)."""
+    from sweeps.trial.tryout import try_values
+
+    if not sweep.spec.confirm.base or not sweep.spec.confirm.seeds:
+        return []
+    values = try_values(sweep, {})
+    return [{**values, SEED_KEY: seed, ROLE_KEY: BASE_ROLE, LR_SCALE_KEY: None}
+            for seed in [sweep.spec.seed, *fresh_seeds(sweep)]]
+
+
+def judge(sweep: Sweep, book: TrialBook, rec: TrialRecord, on_front: bool) -> Confirmation:
+    """The confirmation of one candidate, from the re-runs recorded in ``book``."""
+    quality = sweep.objectives[0]
+    conf = Confirmation(rec.trial_id, quality, sweep.spec.confirm.tolerance,
+                        planned=sweep.spec.confirm.seeds,
+                        search=SeedRun.of(rec, quality.metric),
+                        probe_planned=probes(sweep, rec.values), on_front=on_front,
+                        baseline=sweep.quality_baseline)
+    for run in book.trials.values():
+        if run.role == confirm_role(rec.trial_id) and run.finished:
+            conf.runs.append(SeedRun.of(run, quality.metric))
+        elif run.role == probe_role(rec.trial_id) and run.finished:
+            conf.probe = SeedRun.of(run, quality.metric)
+            conf.lr_sensitivity = _sensitivity(rec, run, quality.metric)
+    conf.runs.sort(key=lambda r: r.seed)
+    return conf
+
+
+def base_reference(sweep: Sweep, book: TrialBook) -> BaseReference | None:
+    runs = [r for r in book.trials.values() if r.role == BASE_ROLE and r.finished]
+    if not runs:
+        return None
+    quality = sweep.objectives[0]
+    ref = BaseReference(dict(runs[0].values), quality,
+                        [SeedRun.of(r, quality.metric) for r in runs])
+    ref.runs.sort(key=lambda r: (r.seed != sweep.spec.seed, r.seed))
+    return ref
+
+
+Runner = Callable[[list[dict[str, Any]], str], None]
+
+
+def _holding(judged: list[Confirmation]) -> int:
+    """How many hold, once those far behind the best are marked ``poor``.
+
+    A candidate off the front (a dominated or pruned search trial, tried because better
+    ones proved fragile) that holds on every seed but whose fresh-seed mean is more than
+    ``confirm.tolerance`` behind the best holding candidate's is not handed over: it is
+    stable, not good. Front members trade quality for another objective and are kept.
+    """
+    for c in judged:
+        c.poor_against = None
+    holding = [c for c in judged if c.holds and c.mean is not None]
+    if not holding:
+        return 0
+    best = min(holding, key=Confirmation.rank_key).mean
+    for c in holding:
+        if not c.on_front and objectives.quality_gap(c.mean, best, c.quality.mode,
+                                                      c.baseline) > c.tolerance:
+            c.poor_against = best
+    return sum(c.holds for c in judged)
+
+
+def _affordable(sweep: Sweep, book: TrialBook, queue: list[TrialRecord], need: int) -> int:
+    """How many of the next candidates a later round may take: as many as the rest of
+    ``budget.total_steps`` can re-run in full (``need`` without a step budget)."""
+    budget = sweep.spec.budget
+    if budget.total_steps is None:
+        return need
+    left = budget.total_steps - sum(r.last_step for r in book.trials.values())
+    n = 0
+    for rec in queue[:need]:
+        cost = len(plan(sweep, [rec])) * budget.max_steps
+        if cost > left:
+            break
+        left -= cost
+        n += 1
+    return n
+
+
+def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: list[TrialRecord],
+           run: Runner) -> Selection:
+    """Confirm ``ordered`` candidates in raced rounds until ``confirm.keep`` hold.
+
+    ``run(configs, name)`` runs one stage of re-runs (a Ray Tune experiment called
+    ``name``) and records them in ``book``. A round screens its candidates on the first
+    fresh seed, then finishes those the screen did not already make fragile (the other
+    fresh seeds and the LR probe). Round 1 also runs the base config, inside the steps
+    the search kept back; a later round takes only as many candidates as the rest of
+    ``budget.total_steps`` can re-run in full.
+    """
+    conf = sweep.spec.confirm
+    on_front = {r.trial_id for r in front}
+    queue = ordered[:conf.max_candidates]
+    judged: list[Confirmation] = []
+    notes: list[str] = []
+    base_runs = plan_base(sweep)
+    stage_no = 0
+
+    def run_stage(runs: list[dict[str, Any]]) -> None:
+        nonlocal stage_no
+        stage_no += 1
+        if runs:
+            run(runs, "confirm" if stage_no == 1 else f"confirm-{stage_no}")
+
+    def verdicts(batch: list[TrialRecord]) -> list[Confirmation]:
+        return [judge(sweep, book, rec, rec.trial_id in on_front) for rec in batch]
+
+    first = True
+    while queue and _holding(judged) < conf.keep:
+        need = conf.keep - _holding(judged)
+        take = need if first else _affordable(sweep, book, queue, need)
+        if take == 0:
+            spent = sum(r.last_step for r in book.trials.values())
+            notes.append(f"confirmation stopped after {len(judged)} candidate(s): another "
+                         f"round would pass budget.total_steps ({spent} of "
+                         f"{sweep.spec.budget.total_steps} spent); raise total_steps to "
+                         "confirm more")
+            break
+        batch, queue = queue[:take], queue[take:]
+        run_stage(plan(sweep, batch, "screen") + (base_runs if first else []))
+        alive = [c.trial_id for c in verdicts(batch) if c.verdict != "fragile"]
+        run_stage(plan(sweep, [r for r in batch if r.trial_id in alive], "finish"))
+        judged += verdicts(batch)
+        first = False
+    _holding(judged)
+    holding = sorted((c for c in judged if c.holds), key=Confirmation.rank_key)
+    steps = {"search": book.steps_spent(SEARCH)}
+    steps["confirmation"] = sum(r.last_step for r in book.trials.values()
+                                if r.role not in (SEARCH, BASE_ROLE))
+    steps["base"] = book.steps_spent(BASE_ROLE)
+    return Selection(holding + [c for c in judged if not c.holds],
+                     base_reference(sweep, book), steps, notes)
+
+
+def _sensitivity(member: TrialRecord, probe: TrialRecord, metric: str) -> float:
+    """Relative change of quality at LR × probe; infinite when the probe went unstable."""
+    if probe.status != OK:
+        return math.inf
+    base = objectives.metric_value(member.history, metric)
+    new = objectives.metric_value(probe.history, metric)
+    if base is None or new is None or base == 0:
+        return math.nan
+    return (new - base) / abs(base)

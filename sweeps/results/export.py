@@ -1,0 +1,43 @@
+"""Write-back: the chosen knob values merged into the user's own base config."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sweeps.state.atomic import write_text
+from sweeps.spec.config_paths import with_values
+from sweeps.spec.loader import Sweep
+
+
+def config_for(sweep: Sweep, values: dict[str, Any]) -> dict[str, Any]:
+    """The base config with ``values`` set at their write-back paths (no ``sweep`` key)."""
+    return with_values(sweep.base_config, sweep.values_by_path(values))
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def render(sweep: Sweep, values: dict[str, Any], provenance: dict[str, Any]) -> str:
+    """YAML text: a provenance header in comments, then the merged config."""
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    lines = [f"# Written by sweeps {stamp} for sweep '{sweep.name}'"
+             + (f" ({sweep.source})" if sweep.source else "")]
+    for key, value in provenance.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}={_fmt(v)}" for k, v in value.items())
+        lines.append(f"# {key}: {_fmt(value)}")
+    body = yaml.safe_dump(config_for(sweep, values), sort_keys=False,
+                          default_flow_style=False, allow_unicode=True)
+    return "\n".join(lines) + "\n" + body
+
+
+def write_config(path: Path, sweep: Sweep, values: dict[str, Any],
+                 provenance: dict[str, Any]) -> Path:
+    """Write one exported config atomically; returns its path."""
+    write_text(path, render(sweep, values, provenance))
+    return path

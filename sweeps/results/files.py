@@ -1,0 +1,255 @@
+"""The files a sweep leaves behind: trials.csv, pareto.csv, stable/*.yaml, trials/*.csv."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from sweeps.record import objectives
+from sweeps.state.atomic import replace_dir, write_text
+from sweeps.trial.compile import EVIDENCE_KEYS, compile_mode
+from sweeps.results.export import write_config
+from sweeps.protocol import (
+    OK,
+    SELECTION,
+    SELECTION_REASON,
+    TRIAL_HEAD,
+    objective_column,
+    seed_column,
+)
+from sweeps.spec.space import Categorical, fixed_value
+from sweeps.spec.loader import Sweep
+
+if TYPE_CHECKING:  # annotations only: the files are written without Ray Tune imported
+    from sweeps.record.book import TrialBook, TrialRecord
+    from sweeps.results.confirm import Confirmation, Selection
+
+
+def trial_row(sweep: Sweep, book: TrialBook, rec: TrialRecord) -> dict[str, Any]:
+    """One row of trials.csv."""
+    steps = rec.history[-1].get("step") if rec.history else 0
+    row: dict[str, Any] = dict(zip(TRIAL_HEAD, (
+        rec.trial_id, rec.role, rec.status, rec.reason or "", rec.stop_step, rec.seed, steps,
+        rec.retries), strict=True))
+    row.update({k: rec.values.get(k) for k in sweep.space})
+    for obj, value in zip(sweep.objectives, book.objective_values(rec, sweep.objectives),
+                          strict=True):
+        if obj.metric == "instability" and rec.flagged:
+            value = max(objectives.FAILED_INSTABILITY, value or 0.0)  # as told to Optuna
+        row[objective_column(obj.metric)] = value
+    row.update(objectives.summary(rec.history))
+    row["diagnosis"] = rec.diagnosis_text()
+    row["evidence"] = json.dumps(rec.evidence, default=str) if rec.evidence else ""
+    row.update(compile_columns(sweep, rec))
+    if any(r.gpu_peak_mb is not None for r in book.trials.values()):
+        row["gpu_peak_mb"] = rec.gpu_peak_mb  # only with CUDA: absent on a CPU-only sweep
+    row["warnings"] = "; ".join(rec.warnings + ([fallback_warning(rec)]
+                                                if rec.compile_fallback else []))
+    return row
+
+
+def compile_columns(sweep: Sweep, rec: TrialRecord) -> dict[str, Any]:
+    """``compile_graphs`` … ``compile_cache_misses`` and ``compile_fallback`` (why a trial
+    labelled compiled ran eagerly, else ""), for sweeps whose ``compile`` knob names a
+    compiled mode and for any trial that compiled a graph."""
+    ev = rec.compile or {}
+    if not compiles(sweep) and not ev.get("graphs"):
+        return {}
+    out: dict[str, Any] = {f"compile_{k}": ev.get(k) for k in EVIDENCE_KEYS}
+    out["compile_fallback"] = rec.compile_fallback or ""
+    return out
+
+
+def compiles(sweep: Sweep) -> bool:
+    """Whether the sweep's ``compile`` knob can be a compiled mode."""
+    knob = sweep.space.get("compile")
+    if knob is None:
+        return False
+    modes = knob.choices if isinstance(knob, Categorical) else [fixed_value(knob)]
+    return any(compile_mode(m) != "none" for m in modes)
+
+
+def fallback_warning(rec: TrialRecord) -> str:
+    """The warning of a trial labelled compiled that ran eagerly."""
+    return (f"labelled compile={rec.values.get('compile')} but ran eagerly: "
+            f"{rec.compile_fallback}; its step_time is not that mode's speed")
+
+
+def trials_frame(sweep: Sweep, book: TrialBook, chosen: Selection | None = None) -> pd.DataFrame:
+    """All trials, search first then re-runs, in the order they were created; a judged
+    candidate's row also carries its verdict and quality on every seed."""
+    judged = {c.trial_id: c for c in chosen.candidates} if chosen else {}
+    rows = []
+    for rec in book.trials.values():
+        row = trial_row(sweep, book, rec)
+        conf = judged.get(rec.trial_id)
+        if conf is not None:
+            row.update(seed_columns(conf))
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    for col in ("stop_step", "steps"):
+        if col in frame:
+            frame[col] = frame[col].astype("Int64")
+    return frame
+
+
+def seed_columns(conf: Confirmation) -> dict[str, Any]:
+    """A candidate's verdict and per-seed quality, as trials.csv and pareto.csv show them."""
+    metric = conf.quality.metric
+    row: dict[str, Any] = {SELECTION: conf.verdict, SELECTION_REASON: conf.fragile_reason
+                           or "", f"{metric}_mean": conf.mean, f"{metric}_worst": conf.worst,
+                           f"{metric}_spread": _finite_or_none(conf.spread)}
+    row.update({seed_column(metric, seed): value for seed, value in conf.by_seed.items()})
+    return row
+
+
+#: A text cell starting with one of these is a formula to a spreadsheet.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def safe_cell(value: Any) -> Any:
+    """``value`` with a leading ``'`` when it is text a spreadsheet would run as a formula
+    (an error message or a knob value from a trainer); numbers, and text that reads as a
+    number such as ``-0.5``, are untouched.
+
+    Example:
+        >>> safe_cell("=HYPERLINK(1)"), safe_cell("-0.5"), safe_cell(-3), safe_cell("ok")
+        ("'=HYPERLINK(1)", '-0.5', -3, 'ok')
+    """
+    if not isinstance(value, str) or not value.startswith(FORMULA_STARTS):
+        return value
+    try:
+        float(value)
+        return value
+    except ValueError:
+        return "'" + value
+
+
+def cell_text(value: Any) -> Any:
+    """The text :func:`safe_cell` was given, for a cell read back from a CSV file."""
+    if isinstance(value, str) and value[:1] == "'" and value[1:].startswith(FORMULA_STARTS):
+        return value[1:]
+    return value
+
+
+def write_csv(path: Path, frame: pd.DataFrame) -> None:
+    """Write ``frame`` atomically, text cells made safe for spreadsheets (:func:`safe_cell`)."""
+    text_columns = frame.select_dtypes(include=["object", "string"]).columns
+    if len(text_columns):
+        frame = frame.copy()
+        for column in text_columns:
+            frame[column] = frame[column].map(safe_cell)
+    write_text(path, frame.to_csv(index=False))
+
+
+def write_histories(folder: Path, book: TrialBook) -> None:
+    """Each trial's metric history as trials/<id>.csv, and its traceback as <id>.error.txt."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for rec in book.trials.values():
+        if rec.history:
+            write_csv(folder / f"{rec.trial_id}.csv", pd.DataFrame(rec.history))
+        if rec.error:
+            write_text(folder / f"{rec.trial_id}.error.txt", rec.error)
+
+
+def _finite_or_none(x: float | None) -> float | str | None:
+    if x is None:
+        return None
+    return x if math.isfinite(x) else str(x)
+
+
+def _confirmation_text(sweep: Sweep, conf: Confirmation) -> str:
+    if conf.planned == 0:
+        text = "UNCONFIRMED (confirm.seeds: 0): ran on its search seed only"
+    else:
+        spread = "-" if conf.spread is None else f"{conf.spread:.1%}"
+        text = (f"stable on {conf.seeds_passed}/{conf.planned} extra seeds {conf.seeds}, "
+                f"worst seed {spread} from the best (tolerance {conf.tolerance:.0%})")
+    if conf.probe_planned:
+        text += f"; LR x{sweep.spec.confirm.lr_probe:g} probe: {conf.probe_status or 'not run'}"
+        if conf.lr_sensitivity is not None and math.isfinite(conf.lr_sensitivity):
+            text += f" (LR sensitivity {conf.lr_sensitivity:+.3g})"
+    return text
+
+
+def _quality_text(conf: Confirmation) -> str:
+    search = " (search)" if conf.search.status == OK else \
+        f" (search, {conf.search.status} at step {conf.search.stop_step or '?'}: not counted)"
+    seeds = ", ".join(f"{s}{search if s == conf.search.seed else ''}: "
+                      + ("-" if v is None else f"{v:.4g}") for s, v in conf.by_seed.items())
+    mean = "-" if conf.mean is None else f"{conf.mean:.4g}"
+    worst = "-" if conf.worst is None else f"{conf.worst:.4g}"
+    return f"{seeds}; mean over fresh seeds {mean}, worst {worst}"
+
+
+def provenance(sweep: Sweep, chosen: Selection, rank: int, conf: Confirmation,
+               rec: TrialRecord, values: list[float | None]) -> dict[str, Any]:
+    """The YAML header of one handed-over config."""
+    metric = conf.quality.metric
+    kind = "confirmed" if conf.confirmed else "UNCONFIRMED"
+    out: dict[str, Any] = {
+        "rank": f"{rank} of {len(chosen.handed_over)} {kind} configs, by mean {metric} over "
+                "fresh seeds",
+        "trial": f"{rec.trial_id} (search seed {rec.seed})",
+        f"{metric} by seed": _quality_text(conf),
+        "search objectives": {o.metric: v for o, v in zip(sweep.objectives, values,
+                                                           strict=True)},
+        "knobs": dict(rec.values),
+        "confirmation": _confirmation_text(sweep, conf),
+    }
+    base = chosen.base
+    if base is not None and base.mean is not None:
+        out["base config"] = (f"mean {metric} {base.mean:.4g} on the same seeds"
+                              + (f" (unstable on {'; '.join(base.failures)})"
+                                 if base.failures else ""))
+    warning = chosen.base_warning() if rank == 1 else None
+    if warning:
+        out["WARNING"] = warning
+    return out
+
+
+def write_front(sweep: Sweep, book: TrialBook,
+                chosen: Selection) -> tuple[pd.DataFrame, list[Path]]:
+    """pareto.csv (every judged candidate, handed-over ones first in rank order) and stable/
+    (the handed-over configs: confirmed, or unconfirmed when no seeds were planned)."""
+    out = sweep.output_dir
+    rows: list[dict[str, Any]] = []
+    for conf in chosen.candidates:
+        rec = book.trials[conf.trial_id]
+        row: dict[str, Any] = {"rank": None, "trial_id": conf.trial_id,
+                               "on_front": conf.on_front}
+        row.update({k: rec.values.get(k) for k in sweep.space})
+        values = book.objective_values(rec, sweep.objectives)
+        row.update({o.metric: v for o, v in zip(sweep.objectives, values, strict=True)})
+        row.update(seed_columns(conf))
+        row.update({"seeds_passed": conf.seeds_passed, "seeds_run": len(conf.seeds),
+                    "seeds_planned": conf.planned,
+                    "seed_failures": "; ".join(conf.seed_reasons),
+                    "lr_probe": conf.probe_status or "",
+                    "lr_probe_reason": conf.probe_reason or "",
+                    "lr_sensitivity": _finite_or_none(conf.lr_sensitivity),
+                    "confirmed": conf.confirmed, "yaml": ""})
+        rows.append(row)
+
+    paths: list[Path] = []
+
+    def fill(tmp: Path) -> None:
+        for rank, (conf, row) in enumerate(zip(chosen.handed_over, rows, strict=False),
+                                           start=1):
+            rec = book.trials[conf.trial_id]
+            name = f"rank-{rank:02d}-{rec.trial_id}.yaml"
+            write_config(tmp / name, sweep, rec.values, provenance(
+                sweep, chosen, rank, conf, rec, book.objective_values(rec, sweep.objectives)))
+            row["rank"], row["yaml"] = rank, f"stable/{name}"
+            paths.append(out / "stable" / name)
+
+    replace_dir(out / "stable", fill)
+    frame = pd.DataFrame(rows)
+    if len(frame):
+        frame["rank"] = frame["rank"].astype("Int64")
+    write_csv(out / "pareto.csv", frame)
+    return frame, paths

@@ -1,0 +1,1 @@
+"""What the user wrote: the sweep file, its search space and write-back paths, checked."""

@@ -1,0 +1,654 @@
+"""The sweep file: loaded, validated and resolved before anything runs.
+
+Every problem becomes a :class:`~sweeps.errors.SpecError` naming the key path
+and the fix, so the CLI can exit 2 with nothing written and no Ray started.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+
+from sweeps.errors import SpecError, a_type
+from sweeps.rules.settings import RuleSettings
+from sweeps.spec import strict_yaml
+from sweeps.spec.config_paths import collision, split_path, with_values
+from sweeps.spec.space import (
+    KNOB_TYPES,
+    Categorical,
+    Fixed,
+    IntRange,
+    Knob,
+    LogUniform,
+    Uniform,
+    _Knob,
+    contains,
+)
+from sweeps.spec.trainer_loader import load_trainer, search_paths
+from sweeps.trial.compile import COMPILE_MODES
+
+RESERVED_KEY = "sweep"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_KNOB = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Objective(_Strict):
+    """One objective: a reported metric (its last value) or a derived one."""
+
+    metric: str = Field(min_length=1)
+    mode: Literal["min", "max"] = "min"
+    noise: float | None = Field(
+        default=None, ge=0, description="differences up to this do not shape the Pareto "
+        "front (step_time: a relative share; other metrics: absolute); default: measured "
+        "for step_time, 0.1 for instability, 0 else")
+    baseline: float | None = Field(
+        default=None, description="this metric's random-guess value (a min objective): "
+        "quality gaps (confirm.tolerance, poor, the audit, sweeps stability) are a share of "
+        "the improvement over it; default rules.baseline_loss, which is right when the "
+        "metric is the training loss measured on held-out data, and wrong when it is "
+        "another measure (e.g. a mean angle beside an NLL training loss)")
+
+
+class Budget(_Strict):
+    """How much the sweep may spend."""
+
+    trials: int = Field(default=32, ge=1, description="trials the search runs (with "
+                        "total_steps: an upper bound, none unless given)")
+    max_steps: int = Field(default=400, ge=1, description="optimizer steps per trial")
+    total_steps: int | None = Field(
+        default=None, ge=1, description="training steps the search may spend in all; no "
+        "new trial starts once they are spent, so steps saved by stopping unstable or "
+        "poor trials early buy more trials")
+    concurrent: int = Field(default=2, ge=1, description="trials running at once")
+    scheduler: Literal["asha", "none"] = Field(
+        default="asha", description="early stopping of poor but stable trials")
+    grace_steps: int | None = Field(
+        default=None, ge=1, description="steps before ASHA may stop a trial (max_steps/4)")
+    search_on: Literal["all", "quality"] = Field(
+        default="all", description="what TPE optimises: every objective (all), or the first "
+        "objective alone with instability as a constraint (quality); selection always uses "
+        "every objective")
+    hang_timeout: float | None = Field(
+        default=900.0, gt=0, description="seconds a trial may go without reporting before it "
+        "is stopped as hung (the first report includes data loading and compilation); "
+        "null = never")
+    max_failures: int = Field(
+        default=2, ge=0, description="retries of a trial whose worker died, from its last "
+        "checkpoint")
+
+    @field_validator("total_steps")
+    @classmethod
+    def _one_trial_fits(cls, total: int | None, info: ValidationInfo) -> int | None:
+        most = info.data.get("max_steps")
+        if total is not None and most is not None and total < most:
+            raise ValueError(f"{total} is less than one trial's max_steps ({most}); "
+                             "raise total_steps or lower max_steps")
+        return total
+
+    @property
+    def trial_cap(self) -> int | None:
+        """Most search trials to start: ``trials``, or None (no cap) for a step budget
+        without an explicit ``trials``."""
+        if self.total_steps is not None and "trials" not in self.model_fields_set:
+            return None
+        return self.trials
+
+    @property
+    def asha_grace(self) -> int:
+        """Steps before ASHA may stop a trial: ``grace_steps`` or max_steps / 4, at most
+        max_steps."""
+        return min(self.grace_steps or max(1, self.max_steps // 4), self.max_steps)
+
+    @property
+    def expected_trials(self) -> int:
+        """Trials the search will likely run (a step budget: one per ``max_steps``)."""
+        cap = self.trial_cap
+        return cap if cap is not None else max(1, (self.total_steps or 0) // self.max_steps)
+
+
+class Confirm(_Strict):
+    """Re-runs of the best candidates before a config is written to stable/."""
+
+    seeds: int = Field(default=2, ge=0, description="extra seeds per candidate")
+    lr_probe: float = Field(default=2.0, ge=0, description="LR multiplier probe; 0 = off")
+    tolerance: float = Field(
+        default=0.2, gt=0, description="largest gap between a candidate's worst and best "
+        "seed on the quality objective, as a share of the best seed's improvement over "
+        "its baseline (objectives[0].baseline, default rules.baseline_loss; of |best| "
+        "without one); a wider gap makes the candidate fragile")
+    keep: int = Field(default=3, ge=1, description="confirmed configs to find: candidates "
+                      "are confirmed down the ranked list until this many hold")
+    max_candidates: int = Field(default=8, ge=1, description="most candidates to re-run")
+    base: bool = Field(default=True, description="also run the base config's own knob "
+                       "values on the same seeds, so the handed-over configs are compared "
+                       "with what the user had")
+
+
+class Resources(_Strict):
+    """Resources per trial (Ray's: a fraction of a GPU lets trials share it)."""
+
+    cpu: float = Field(default=1.0, gt=0)
+    gpu: float = Field(default=0.0, ge=0, description="GPUs per trial: a fraction up to 1 "
+                       "packs trials onto one GPU (0.25: four per GPU), more than 1 must be "
+                       "a whole number")
+
+    @field_validator("gpu")
+    @classmethod
+    def _ray_gpu_amount(cls, gpu: float) -> float:
+        if gpu > 1 and not float(gpu).is_integer():
+            raise ValueError(f"{gpu:g} GPUs: Ray takes a fraction of one GPU or a whole "
+                             f"number of GPUs; use {int(gpu)} or {int(gpu) + 1}, or a "
+                             "fraction up to 1")
+        return gpu
+
+
+class Preflight(_Strict):
+    """Checks before any trial runs (see README, Preflight)."""
+
+    scheduler: str | None = Field(
+        default=None, description="module:function(config, optimizer) -> LR scheduler; "
+        "default: the trainer module's lr_scheduler")
+    batch: str | None = Field(
+        default=None, description="module:function(config) -> one input batch; "
+        "default: the trainer module's sample_batch")
+    input_limit: float = Field(default=100.0, gt=0,
+                               description="largest acceptable |mean| or std of a feature")
+    compile_timeout: float = Field(default=300.0, gt=0,
+                                   description="seconds a compile-mode probe may take")
+
+
+class SweepFile(_Strict):
+    """The sweep file as written by the user."""
+
+    name: str = Field(min_length=1, max_length=100)
+    trainer: str = Field(min_length=1)
+    base_config: str | dict[str, Any] | None = None
+    search_space: str | dict[str, Any] = "search_spaces/default.yaml"
+    write_back: dict[str, str]
+    objectives: list[Objective] = Field(
+        default_factory=lambda: [Objective(metric="val_loss"), Objective(metric="instability")],
+        min_length=1)
+    rules: RuleSettings = Field(default_factory=RuleSettings)
+    budget: Budget = Field(default_factory=Budget)
+    confirm: Confirm = Field(default_factory=Confirm)
+    resources: Resources = Field(default_factory=Resources)
+    preflight: Preflight = Field(default_factory=Preflight)
+    initial_points: list[dict[str, Any]] = Field(
+        default_factory=list, description="knob values the search tries first")
+    output: str = "results"
+    seed: int = 0
+    new_keys: bool = Field(
+        default=False, description="write_back paths the base config lacks are added to it "
+        "(true) instead of refused (a typo'd path writes a key the trainer never reads)")
+
+
+@dataclass
+class Sweep:
+    """A validated sweep, with its files read and paths resolved."""
+
+    spec: SweepFile
+    base_dir: Path
+    base_config: dict[str, Any]
+    space: dict[str, _Knob]
+    trainer_paths: list[str]
+    output_dir: Path
+    objectives: list[Objective]
+    #: The folder sweeps was started from: every trial runs there, so a trainer's relative
+    #: paths mean what they mean in ``sweeps try``.
+    workdir: Path
+    source: Path | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def values_by_path(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """Knob values keyed by their write-back paths."""
+        return {self.spec.write_back[k]: v for k, v in values.items()}
+
+    @property
+    def quality_baseline(self) -> float | None:
+        """The quality objective's random-guess value: its own ``baseline``, else
+        ``rules.baseline_loss``."""
+        first = self.objectives[0] if self.objectives else None
+        if first is not None and first.baseline is not None:
+            return first.baseline
+        return self.spec.rules.baseline_loss
+
+    def resolved(self) -> dict[str, Any]:
+        """The sweep as one self-contained document (base config and space inline), as
+        written to ``<results>/sweep.yaml`` and shipped to clusters; a step budget without
+        a trial cap stays so (the model's default ``trials`` is not written)."""
+        data = self.spec.model_dump(mode="json")
+        if self.spec.budget.trial_cap is None:
+            del data["budget"]["trials"]
+        data["base_config"] = self.base_config
+        data["search_space"] = {k: v.model_dump(mode="json") for k, v in self.space.items()}
+        return data
+
+    @property
+    def confirm_steps(self) -> int:
+        """Training steps a step budget keeps back for confirmation: ``confirm.keep``
+        candidates on every fresh seed and the LR probe, and the base config's runs."""
+        conf = self.spec.confirm
+        base = (conf.seeds + 1) if conf.base and conf.seeds else 0
+        return self.confirm_round_steps + base * self.spec.budget.max_steps
+
+    @property
+    def confirm_round_steps(self) -> int:
+        """Training steps of one confirmation round: ``confirm.keep`` candidates, each on
+        every fresh seed and at LR × probe (what a round costs when all of them hold)."""
+        conf = self.spec.confirm
+        per = conf.seeds + (1 if conf.lr_probe > 0 and "lr" in self.space else 0)
+        return conf.keep * per * self.spec.budget.max_steps
+
+    @property
+    def search_steps(self) -> int | None:
+        """Training steps the search may spend: ``budget.total_steps`` less confirmation."""
+        total = self.spec.budget.total_steps
+        return None if total is None else total - self.confirm_steps
+
+    def trial_config(self, values: Mapping[str, Any], *, trial_id: str, seed: int,
+                     max_steps: int | None = None) -> dict[str, Any]:
+        """The config a trainer receives: base config, knob values merged, ``sweep`` key."""
+        config = with_values(self.base_config, self.values_by_path(values))
+        config[RESERVED_KEY] = {"trial_id": trial_id, "seed": seed,
+                                "max_steps": max_steps or self.spec.budget.max_steps,
+                                "device": "cpu", "gpu_ids": []}
+        return config
+
+
+def read_yaml(path: Path, key: str) -> Any:
+    """A YAML file's data (safe types only); a missing or malformed file, bytes that are
+    not UTF-8 or a key given twice is a SpecError naming the line."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SpecError(key, f"cannot read {path} ({exc.strerror or exc})",
+                        "check the path; relative paths start at the sweep file's folder") from exc
+    try:
+        return strict_yaml.load(strict_yaml.decode(data))
+    except strict_yaml.YamlProblem as exc:
+        raise SpecError(key, f"{path} line {exc.line}: {exc.problem}", exc.fix) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecError(key, f"{path} is not valid YAML{where}: {problem}",
+                        "fix the YAML syntax (indentation, colons, quotes)") from exc
+
+
+def load_sweep(path: str | Path, *, workdir: Path, import_trainer: bool = True,
+               output: str | None = None) -> Sweep:
+    """Read and validate a sweep file; ``output`` overrides its ``output:`` folder.
+
+    ``workdir`` is the folder sweeps was started from: a relative ``path`` and ``output:``
+    start there, and it is the fallback for the sweep file's relative paths."""
+    given = Path(path).expanduser()
+    path = workdir / given
+    if not path.is_file():
+        raise SpecError("FILE", f"no sweep file at {given}", "give the path of a sweep YAML file")
+    data = read_yaml(path, "FILE")
+    if output is not None and isinstance(data, dict):
+        data = {**data, "output": output}
+    sweep = load_sweep_dict(data, base_dir=path.parent, workdir=workdir,
+                            import_trainer=import_trainer)
+    sweep.source = path.resolve()
+    return sweep
+
+
+def load_sweep_dict(data: Any, *, base_dir: Path, workdir: Path,
+                    import_trainer: bool = True) -> Sweep:
+    """Validate an already-parsed sweep mapping; relative paths in it are read from
+    ``base_dir``, then ``workdir`` (see :func:`load_sweep`). Raises only :class:`SpecError`."""
+    if not isinstance(data, Mapping):
+        raise SpecError("(top level)", f"the sweep file holds {a_type(data)}, "
+                        "not a mapping", "write keys such as name:, trainer:, write_back:")
+    spec = _validate(SweepFile, data, "")
+    if not _NAME.fullmatch(spec.name):
+        raise SpecError("name", f"{spec.name!r} is not usable as a folder name",
+                        "use letters, digits, '-', '_' or '.'")
+    base_dir, workdir = base_dir.resolve(), workdir.resolve()
+    dirs = (base_dir, workdir)
+    base_config = _base_config(spec.base_config, dirs)
+    space = _space(spec.search_space, dirs)
+    _check_write_back(spec.write_back, space, base_config)
+    _check_initial_points(spec.initial_points, space)
+    objectives = list(spec.objectives)
+    notes: list[str] = new_path_notes(spec.write_back, base_config)
+    if notes and not spec.new_keys:
+        knob, _, rest = notes[0].partition(": ")
+        raise SpecError(knob, rest.replace(" and will be added to it", "").replace(
+            " (the trainer must read it there)", ", so the trainer would never see the "
+            "sampled value"), "write the path your trainer reads, add the key to the base "
+            "config, or set 'new_keys: true' in the sweep file to add it")
+    compile_knob = space.get("compile")
+    if compile_knob is not None and not compile_knob.is_fixed() and not any(
+            o.metric == "step_time" for o in objectives):
+        objectives.append(Objective(metric="step_time", mode="min"))
+        notes.append("compile mode is searched: step_time (steady state) added as an objective")
+    seen: set[str] = set()
+    for i, obj in enumerate(objectives):
+        if obj.metric in seen:
+            raise SpecError(f"objectives.{i}.metric", f"{obj.metric!r} is listed twice",
+                            "list each objective metric once")
+        seen.add(obj.metric)
+    paths = search_paths(base_dir, workdir)
+    sweep = Sweep(spec=spec, base_dir=base_dir, base_config=base_config, space=space,
+                  trainer_paths=paths, output_dir=(workdir / spec.output / spec.name).resolve(),
+                  objectives=objectives, workdir=workdir, notes=notes)
+    _check_step_budget(sweep)
+    if import_trainer:
+        load_trainer(spec.trainer, paths)
+    return sweep
+
+
+def _check_step_budget(sweep: Sweep) -> None:
+    """A step budget must leave the search at least one trial after confirmation."""
+    search, budget = sweep.search_steps, sweep.spec.budget
+    if search is not None and search < budget.max_steps:
+        raise SpecError("budget.total_steps", f"{budget.total_steps} steps leave "
+                        f"{max(search, 0)} for the search once confirmation's "
+                        f"{sweep.confirm_steps} are kept back (confirm.keep x (confirm.seeds "
+                        "+ LR probe) + the base config's runs, each budget.max_steps)",
+                        f"raise total_steps to at least {sweep.confirm_steps + budget.max_steps}"
+                        ", or lower confirm.keep / confirm.seeds (confirm.base: false drops "
+                        "the base config's runs)")
+
+
+#: Where relative paths in a sweep file are read: the sweep file's folder, then the folder
+#: sweeps was started from.
+Dirs = tuple[Path, Path]
+
+
+def _resolve(rel: str, dirs: Dirs) -> Path:
+    p = Path(rel).expanduser()
+    if p.is_absolute():
+        return p
+    beside, started = dirs[0] / p, dirs[1] / p
+    return beside if beside.exists() or not started.exists() else started
+
+
+#: ``extends: sweeps:<name>`` (or a ``search_spaces/<name>.yaml`` found nowhere else) names
+#: a search space shipped inside the package.
+PACKAGED_PREFIX = "sweeps:"
+
+
+def _space_file(rel: str, dirs: Dirs) -> Path:
+    """A search space file: beside the sweep file or in the working directory (see
+    :func:`_resolve`), else the copy shipped in the package, so ``search_spaces/default.yaml``
+    works from any folder and any install; ``sweeps:default`` always means the shipped one."""
+    from importlib.resources import files
+
+    shipped = Path(str(files("sweeps") / "search_spaces"))
+    if rel.startswith(PACKAGED_PREFIX):
+        return shipped / f"{rel[len(PACKAGED_PREFIX):]}.yaml"
+    path = _resolve(rel, dirs)
+    parts = Path(rel).parts
+    if not path.exists() and len(parts) >= 2 and parts[-2] == "search_spaces" and \
+            (shipped / parts[-1]).is_file():
+        return shipped / parts[-1]
+    return path
+
+
+def _base_config(value: str | dict[str, Any] | None, dirs: Dirs) -> dict[str, Any]:
+    if value is None:
+        return {}
+    data = read_yaml(_resolve(value, dirs), "base_config") if isinstance(value, str) \
+        else value
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise SpecError("base_config", f"the base config holds {a_type(data)}, "
+                        "not a mapping", "point it at a YAML file of key: value sections")
+    for key in data:
+        if not isinstance(key, str):
+            raise SpecError(f"base_config.{key}", "keys must be strings",
+                            "quote the key in the YAML")
+    if RESERVED_KEY in data:
+        raise SpecError(f"base_config.{RESERVED_KEY}", f"'{RESERVED_KEY}' is reserved: the "
+                        "trainer receives trial_id, seed, max_steps, device and gpu_ids there",
+                        f"rename the '{RESERVED_KEY}' section of the base config")
+    return dict(data)
+
+
+def _space(value: str | dict[str, Any], dirs: Dirs) -> dict[str, _Knob]:
+    if isinstance(value, str):
+        raw = read_yaml(_space_file(value, dirs), "search_space")
+        key_root = "search_space"
+        if not isinstance(raw, Mapping):
+            raise SpecError("search_space", f"{value} holds {a_type(raw)}, "
+                            "not a mapping", "write one 'knob: {type: ..., ...}' per line")
+        return _knobs(dict(raw), key_root)
+    raw = dict(value)
+    merged: dict[str, Any] = {}
+    if "extends" in raw:
+        ext = raw.pop("extends")
+        if not isinstance(ext, str):
+            raise SpecError("search_space.extends", "must be a path to a search space file",
+                            "write e.g. 'extends: sweeps:default' (the six default knobs)")
+        base = read_yaml(_space_file(ext, dirs), "search_space.extends")
+        if not isinstance(base, Mapping):
+            raise SpecError("search_space.extends", f"{ext} holds {a_type(base)}, "
+                            "not a mapping", "point it at a search space file")
+        merged.update(base)
+    merged.update(raw)
+    return _knobs({k: v for k, v in merged.items() if v is not None}, "search_space")
+
+
+_KNOB_ADAPTER: TypeAdapter[Any] = TypeAdapter(Knob)
+_KNOB_CLASSES = {"loguniform": LogUniform, "uniform": Uniform, "int": IntRange,
+                 "categorical": Categorical, "fixed": Fixed}
+
+
+def _knobs(raw: dict[Any, Any], root: str) -> dict[str, _Knob]:
+    if not raw:
+        raise SpecError(root, "the search space is empty", "add at least one knob, e.g. "
+                        "'lr: {type: loguniform, low: 1.0e-5, high: 1.0e-1}'")
+    space: dict[str, _Knob] = {}
+    for name, entry in raw.items():
+        key = f"{root}.{name}"
+        if not isinstance(name, str) or not _KNOB.fullmatch(name):
+            raise SpecError(key, "knob names must be identifiers",
+                            "use letters, digits and '_' (e.g. batch_size)")
+        if isinstance(entry, list):
+            raise SpecError(key, "a bare list is ambiguous",
+                            f"write '{{type: categorical, choices: {entry}}}'")
+        if not isinstance(entry, Mapping):
+            entry = {"type": "fixed", "value": entry}
+        elif "type" not in entry:
+            raise SpecError(f"{key}.type", "missing",
+                            f"add 'type:' (one of {', '.join(KNOB_TYPES)})")
+        knob = _validate(_KNOB_ADAPTER, entry, key)
+        if name == "compile":
+            _check_compile(knob, key)
+        space[name] = knob
+    return space
+
+
+def _leaf_paths(config: Mapping[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for key, value in config.items():
+        path = f"{prefix}{key}"
+        out += _leaf_paths(value, path + ".") if isinstance(value, Mapping) else [path]
+    return out
+
+
+def new_path_notes(write_back: dict[str, str], base_config: dict[str, Any]) -> list[str]:
+    """A note per write-back path the base config does not have (a typo writes a key the
+    trainer never reads), with the closest existing path."""
+    if not base_config:
+        return []
+    leaves = _leaf_paths(base_config)
+    notes = []
+    for knob, path in write_back.items():
+        if path in leaves:
+            continue
+        near = difflib.get_close_matches(path, leaves, n=1)
+        hint = f"; did you mean '{near[0]}'?" if near else ""
+        notes.append(f"write_back.{knob}: '{path}' is not in the base config and will be added "
+                     f"to it{hint} (the trainer must read it there)")
+    return notes
+
+
+def _check_initial_points(points: list[dict[str, Any]], space: dict[str, _Knob]) -> None:
+    for i, point in enumerate(points):
+        for name, value in point.items():
+            key = f"initial_points.{i}.{name}"
+            knob = space.get(name)
+            if knob is None:
+                raise SpecError(key, "names no knob of the search space",
+                                f"use one of {', '.join(space)}")
+            if knob.is_fixed():
+                raise SpecError(key, "this knob is fixed", "leave it out of initial_points")
+            if not contains(knob, value):
+                raise SpecError(key, f"{value!r} is outside the knob's range",
+                                "give a value the search space allows")
+
+
+def _check_compile(knob: _Knob, key: str) -> None:
+    values = knob.choices if isinstance(knob, Categorical) else \
+        [knob.value] if isinstance(knob, Fixed) else None
+    if values is None:
+        raise SpecError(key, "compile mode must be categorical or fixed",
+                        f"write '{{type: categorical, choices: {list(COMPILE_MODES)}}}'")
+    for v in values:
+        if v not in COMPILE_MODES:
+            raise SpecError(key, f"unknown compile mode {v!r}",
+                            f"use one of {', '.join(COMPILE_MODES)}")
+
+
+def _check_write_back(write_back: dict[str, str], space: dict[str, _Knob],
+                      base_config: dict[str, Any]) -> None:
+    for knob in write_back:
+        if knob not in space:
+            near = difflib.get_close_matches(knob, list(space), n=1)
+            hint = f"did you mean '{near[0]}'?" if near else \
+                f"knobs in the search space: {', '.join(space)}"
+            raise SpecError(f"write_back.{knob}", "names no knob of the search space",
+                            f"{hint} Remove the entry or add the knob to the search space")
+    for knob in space:
+        if knob not in write_back:
+            raise SpecError(f"write_back.{knob}", "missing: every knob needs a path in the "
+                            "base config", f"add '{knob}: section.{knob}' under write_back")
+    targets: dict[str, str] = {}
+    for knob, path in write_back.items():
+        key = f"write_back.{knob}"
+        try:
+            split_path(path)
+        except ValueError:
+            raise SpecError(key, f"{path!r} is not a dotted key path",
+                            "write e.g. 'training.lr'") from None
+        if path.split(".")[0] == RESERVED_KEY:
+            raise SpecError(key, f"'{RESERVED_KEY}' is reserved for the runner",
+                            "write the value somewhere else in the config")
+        hit = collision(base_config, path)
+        if hit is not None:
+            raise SpecError(key, f"'{hit}' in the base config is a "
+                            f"{type(_get(base_config, hit)).__name__}, so '{path}' cannot "
+                            "be set inside it", f"choose a path that does not pass through "
+                            f"'{hit}', or make '{hit}' a mapping")
+        for other_knob, other in targets.items():
+            if path == other or path.startswith(other + ".") or other.startswith(path + "."):
+                raise SpecError(key, f"'{path}' overlaps '{other}' (knob {other_knob})",
+                                "give each knob its own leaf path")
+        targets[knob] = path
+
+
+def _get(config: Mapping[str, Any], path: str) -> Any:
+    node: Any = config
+    for k in path.split("."):
+        node = node[k]
+    return node
+
+
+def _validate(model: Any, data: Any, root: str) -> Any:
+    """Validate with pydantic; turn the first error into a SpecError with the key path."""
+    try:
+        if isinstance(model, TypeAdapter):
+            return model.validate_python(data)
+        return model.model_validate(data)
+    except ValidationError as exc:
+        if isinstance(model, TypeAdapter):
+            kind = data.get("type") if isinstance(data, Mapping) else None
+            model = _KNOB_CLASSES.get(kind) if isinstance(kind, str) else None
+        raise _spec_error(exc, root, model) from None
+
+
+def _spec_error(exc: ValidationError, root: str, model: Any) -> SpecError:
+    err = exc.errors(include_url=False)[0]
+    loc = [str(p) for p in err["loc"] if not (isinstance(p, str) and p in KNOB_TYPES)]
+    key = ".".join([root, *loc] if root else loc) or root or "(top level)"
+    etype, msg = err["type"], err["msg"]
+    if etype == "extra_forbidden":
+        known = _known_fields(model, loc[:-1])
+        near = difflib.get_close_matches(loc[-1], known, n=1)
+        fix = f"did you mean '{near[0]}'?" if near else "remove it."
+        if known:
+            fix += f" Known keys here: {', '.join(known)}"
+        return SpecError(key, "unknown key", fix)
+    if etype == "missing":
+        return SpecError(key, "missing", "add it (see the README's sweep file reference)")
+    if etype in ("union_tag_invalid", "union_tag_not_found"):
+        return SpecError(key if key.endswith(".type") else f"{key}.type",
+                         "unknown knob type", f"use one of {', '.join(KNOB_TYPES)}")
+    fix = _value_fix(model, loc, err.get("input"))
+    if etype == "value_error":
+        return SpecError(key, msg.removeprefix("Value error, "), fix)
+    return SpecError(key, msg[0].lower() + msg[1:], fix)
+
+
+def _value_fix(model: Any, loc: list[str], given: Any) -> str:
+    """What was given and what the key means (its description), for a value's error."""
+    about = None
+    for name in (p for p in loc if not p.isdigit()):
+        fields = getattr(model, "model_fields", {}) if model is not None else {}
+        field_info = fields.get(name)
+        if field_info is None:
+            about = None
+            break
+        about = field_info.description
+        ann = field_info.annotation
+        args = [a for a in getattr(ann, "__args__", ()) if isinstance(a, type)]
+        candidates = [ann, *args] if isinstance(ann, type) else args
+        model = next((c for c in candidates if issubclass(c, BaseModel)), None)
+    shown = "" if given is None or isinstance(given, (dict, list)) else f"you gave {given!r}"
+    parts = [p for p in (shown, f"it is: {about}" if about else "") if p]
+    return "; ".join(parts) or "give a value of the kind the README's sweep file reference lists"
+
+
+def _known_fields(model: Any, loc: list[str]) -> list[str]:
+    """Field names of the pydantic model found by walking ``loc`` down from ``model``."""
+    for part in loc:
+        if part.isdigit():
+            continue
+        fields = getattr(model, "model_fields", {})
+        if part not in fields:
+            return []
+        ann = fields[part].annotation
+        args = [a for a in getattr(ann, "__args__", ()) if isinstance(a, type)]
+        candidates = [ann, *args] if isinstance(ann, type) else args
+        model = next((c for c in candidates if issubclass(c, BaseModel)), None)
+        if model is None:
+            return []
+    return list(getattr(model, "model_fields", {}))

@@ -1,0 +1,191 @@
+"""The Ray Tune function trainable that runs one trial of a user's trainer."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from sweeps.protocol import (
+    COMPILE_KEY,
+    CRASH,
+    FINAL_KEY,
+    GPU_PEAK_KEY,
+    LR_SCALE_KEY,
+    OK,
+    RUN_KEY,
+    SEED_KEY,
+    STATUS_KEY,
+    TRACEBACK_KEY,
+)
+from sweeps.rules.settings import RuleSettings
+from sweeps.rules.verdict import Verdict
+from sweeps.spec.loader import Sweep
+from sweeps.spec.space import fixed_values
+from sweeps.spec.trainer_loader import add_search_paths, load_trainer
+from sweeps.trial import gpu
+from sweeps.trial.compile import compile_evidence, reset_compiler
+from sweeps.trial.failures import (
+    TrainerExit,
+    classify,
+    exit_verdict,
+    format_exception,
+    process_exit_raises,
+)
+from sweeps.trial.reporter import TrialReporter, TrialStopped, unstable_fields
+
+
+def flat_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A trial's config with a re-run's ``_run`` entry (see ``runner.run_configs``) lifted up."""
+    run = config.get(RUN_KEY)
+    if isinstance(run, dict):
+        return {**{k: v for k, v in config.items() if k != RUN_KEY}, **run}
+    return dict(config)
+
+
+def trial_values(sweep: Sweep, config: dict[str, Any]) -> dict[str, Any]:
+    """Knob values of one trial: the sampled ones plus the fixed ones."""
+    values = fixed_values(sweep.space)
+    values.update({k: v for k, v in config.items() if k in sweep.space})
+    scale = config.get(LR_SCALE_KEY)
+    if scale and "lr" in values:
+        values["lr"] = float(values["lr"]) * float(scale)
+    return values
+
+
+def trial_settings(sweep: Sweep, values: dict[str, Any]) -> RuleSettings:
+    """Rule settings for one trial, from its knob values (``trial_values``: the lr
+    already times the LR probe's scale).
+
+    The warmup knob says when warmup ends: lr_anomaly does not judge a zero LR during
+    warmup, and collapse does not judge predictions before warmup has ended (a model may
+    start collapsed and recover). The lr knob is the ``sampled_lr`` lr_anomaly's
+    climbs_past_lr compares the optimizer's LR with.
+    """
+    rules = sweep.spec.rules
+    update: dict[str, Any] = {}
+    if "warmup" in values and values["warmup"] is not None:
+        warmup = int(values["warmup"])
+        update.update(warmup_steps=warmup,
+                      collapse_min_step=max(rules.collapse_min_step, warmup))
+    lr = values.get("lr")
+    if isinstance(lr, (int, float)) and not isinstance(lr, bool) and 0 < lr < math.inf:
+        update["sampled_lr"] = float(lr)
+    return rules.model_copy(update=update) if update else rules
+
+
+def prepare_process(sweep: Sweep, threads: int) -> None:
+    """Per-process setup for running trials: the trainer's folders on ``sys.path``, torch
+    threads and the shared compile cache."""
+    import torch
+
+    add_search_paths(sweep.trainer_paths)
+
+    torch.set_num_threads(max(1, threads))
+    cache = sweep.output_dir / "inductor_cache"
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
+
+
+def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink,
+                checkpoint_sink=None, checkpoint_path: str | None = None,
+                gpu_ids: list[Any] | None = None) -> TrialReporter:
+    """Run the user's trainer once with a judging ``report``; never raises for trainer errors.
+
+    The last result handed to ``sink`` always carries the trial's outcome
+    (``sweeps/status`` and, for failures, reason, stop step and evidence). The trial starts
+    from a clean compiler state (a reused worker keeps nothing of earlier trials but the
+    on-disk compile cache), and a result carries ``sweeps/compile`` (the compile evidence,
+    JSON) whenever that evidence changed since the previous one.
+
+    ``gpu_ids`` are the GPUs Ray assigned to the trial: the trainer finds them, and the
+    device to use (``cuda:0`` or ``cpu``, see :func:`sweeps.trial.gpu.trial_device`), in the
+    config's ``sweep`` section. With CUDA present every result carries the trial's peak GPU
+    memory (``sweeps/gpu_peak_mb``), counted from the trial's start.
+    """
+    reset_compiler()
+    gpu.reset_peak()
+    sink, checkpoint_sink = _with_compile_evidence(sink, checkpoint_sink)
+    values = trial_values(sweep, config)
+    seed = int(config.get(SEED_KEY, sweep.spec.seed))
+    trainer = load_trainer(sweep.spec.trainer, sweep.trainer_paths)
+    required = trainer_metrics(sweep)
+    reporter = TrialReporter(trial_settings(sweep, values), sink,
+                             checkpoint_sink=checkpoint_sink, required=required)
+    trial_config = sweep.trial_config(values, trial_id=trial_id, seed=seed)
+    trial_config["sweep"]["checkpoint"] = checkpoint_path
+    gpu_ids = list(gpu_ids or [])
+    trial_config["sweep"].update(gpu_ids=gpu_ids, device=gpu.trial_device(
+        gpu_ids, gpu_requested=sweep.spec.resources.gpu > 0))
+    try:
+        with process_exit_raises():
+            trainer(trial_config, reporter)
+    except TrialStopped:
+        return reporter
+    except (SystemExit, TrainerExit) as exc:
+        if reporter.ended_by_sink:
+            raise  # Ray Tune ending a trial it stopped, from inside report
+        return _crashed(reporter, sink, exit_verdict(exc, _last_step(reporter)))
+    except Exception as exc:  # noqa: BLE001 - every trainer error becomes a trial outcome
+        last = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ""
+        reason, error = classify(exc), f"{type(exc).__name__}: {last}"
+        verdict = Verdict(reason, _last_step(reporter),
+                          {"error": gpu.with_peak(error) if reason == "oom" else error})
+        return _crashed(reporter, sink, verdict, format_exception(exc))
+    if not reporter.history:
+        return _crashed(reporter, sink, Verdict("crash", 0, {
+            "error": "the trainer returned without calling report"}))
+    missing = [m for m in required if not any(m in h for h in reporter.history)]
+    if missing:
+        return _crashed(reporter, sink, Verdict("bad_metric", _last_step(reporter), {
+            "metric": missing[0], "error": f"the trainer never reported {missing[0]!r}, "
+            "an objective of the sweep; report it (or change objectives)"}))
+    sink({**reporter.history[-1], STATUS_KEY: OK, FINAL_KEY: 1})
+    return reporter
+
+
+#: Objective metrics sweeps measures itself rather than reading from reports.
+MEASURED_METRICS = frozenset({"instability", "step_time"})
+
+
+def trainer_metrics(sweep: Sweep) -> tuple[str, ...]:
+    """The objective metrics the trainer itself must report."""
+    return tuple(o.metric for o in sweep.objectives if o.metric not in MEASURED_METRICS)
+
+
+def _last_step(reporter: TrialReporter) -> int:
+    return int(reporter.history[-1]["step"]) if reporter.history else 0
+
+
+def _crashed(reporter: TrialReporter, sink, verdict: Verdict,
+             traceback: str | None = None) -> TrialReporter:
+    """End the trial as ``crash`` with ``verdict``: the final result repeats the last report."""
+    reporter.verdict = verdict
+    extra = {TRACEBACK_KEY: traceback} if traceback else {}
+    sink({**(reporter.history[-1] if reporter.history else {"step": 0}), FINAL_KEY: 1,
+          **unstable_fields(verdict, status=CRASH), **extra})
+    return reporter
+
+
+def _with_compile_evidence(sink, checkpoint_sink):
+    """``sink`` and ``checkpoint_sink`` adding the compile evidence to a result when it
+    changed (compilation happens in the first steps, so a few results carry it) and always
+    to the final one, and the peak GPU memory so far to every result when CUDA is present."""
+    import json
+
+    sent: list[str] = [""]
+
+    def add(result: dict[str, Any]) -> dict[str, Any]:
+        text = json.dumps(compile_evidence(), sort_keys=True)
+        if text != sent[0] or result.get(FINAL_KEY):
+            sent[0] = text
+            result = {**result, COMPILE_KEY: text}
+        peak = gpu.peak_mb()
+        return result if peak is None else {**result, GPU_PEAK_KEY: peak}
+
+    def with_evidence(result: dict[str, Any]) -> None:
+        sink(add(result))
+
+    def checkpoint_with_evidence(result: dict[str, Any], state: Any) -> None:
+        checkpoint_sink(add(result), state)
+
+    return with_evidence, (checkpoint_with_evidence if checkpoint_sink else None)

@@ -1,0 +1,93 @@
+"""Ray Tune runs: the Optuna-guided search, and re-runs of chosen configs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray import tune
+from ray.tune.schedulers import TrialScheduler
+
+from sweeps.protocol import RUN_KEY
+from sweeps.record.book import TrialBook
+from sweeps.spec.loader import Sweep
+from sweeps.tune.callbacks import RuleStopper, TrialEvents, WorkerLogs
+from sweeps.tune.progress import ProgressLines
+from sweeps.tune.schedulers import WatchedASHA, WatchedFIFO
+from sweeps.tune.searcher import StabilityAwareSearch, study_storage
+from sweeps.tune.trainable import ray_trainable
+
+
+def make_scheduler(sweep: Sweep, book: TrialBook) -> TrialScheduler:
+    """ASHA on the first objective (quality), judged at its reports; stability is the rules' job.
+
+    ASHA takes one metric while the search may have several objectives: ASHA
+    only stops stable trials whose quality trails their rung, and the rules stop
+    unstable ones at once, so the two never judge the same thing.
+    """
+    budget = sweep.spec.budget
+    first = sweep.objectives[0]
+    if budget.scheduler == "none" or budget.expected_trials < 4 or first.metric in (
+            "instability", "step_time", "compile_s"):
+        return WatchedFIFO(book, budget.hang_timeout)
+    return WatchedASHA(book, budget.hang_timeout, time_attr="step", metric=first.metric,
+                       mode=first.mode, max_t=budget.max_steps, grace_period=budget.asha_grace,
+                       reduction_factor=3, stop_last_trials=False)
+
+
+def _trainable(sweep: Sweep) -> Any:
+    res = sweep.spec.resources
+    return tune.with_resources(tune.with_parameters(ray_trainable, sweep=sweep),
+                               {"cpu": res.cpu, "gpu": res.gpu})
+
+
+def _run_config(sweep: Sweep, name: str, book: TrialBook, total: int | None,
+                progress: bool) -> tune.RunConfig:
+    callbacks = [WorkerLogs(book), TrialEvents(book)]  # the log is kept before it is named
+    stage = None if name == "ray" else name  # "ray": the search; else confirmation
+    callbacks += [ProgressLines(book, total, stage=stage)] if progress else []
+    return tune.RunConfig(
+        name=name, storage_path=str(sweep.output_dir), stop=RuleStopper(book),
+        callbacks=callbacks, verbose=0,
+        failure_config=tune.FailureConfig(max_failures=sweep.spec.budget.max_failures),
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=1))
+
+
+def run_search(sweep: Sweep, book: TrialBook, *, progress: bool = True,
+               resume: bool = False) -> None:
+    """Run the Optuna-guided search (or continue it from Ray Tune's experiment state)."""
+    budget = sweep.spec.budget
+    path = sweep.output_dir / "ray"
+    if resume and tune.Tuner.can_restore(str(path)):
+        tune.Tuner.restore(str(path), _trainable(sweep), resume_unfinished=True,
+                           resume_errored=True).fit()
+        return
+    searcher = StabilityAwareSearch(sweep, book, storage=study_storage(sweep))
+    tuner = tune.Tuner(
+        _trainable(sweep),
+        tune_config=tune.TuneConfig(
+            search_alg=searcher, scheduler=make_scheduler(sweep, book),
+            num_samples=budget.trial_cap or -1,  # -1: until budget.total_steps is spent
+            max_concurrent_trials=budget.concurrent, reuse_actors=True),
+        run_config=_run_config(sweep, "ray", book, budget.trial_cap, progress))
+    tuner.fit()
+
+
+def run_configs(sweep: Sweep, book: TrialBook, configs: list[dict[str, Any]], name: str,
+                *, progress: bool = True, resume: bool = False) -> None:
+    """Run fixed trial configs (knob values plus ``_seed``/``_lr_scale``/``_role``)."""
+    if not configs:
+        return
+    path = sweep.output_dir / name
+    if resume and tune.Tuner.can_restore(str(path)):
+        tune.Tuner.restore(str(path), _trainable(sweep), resume_unfinished=True,
+                           resume_errored=True).fit()
+        return
+    tuner = tune.Tuner(
+        _trainable(sweep),
+        param_space={RUN_KEY: tune.grid_search(configs)},
+        tune_config=tune.TuneConfig(
+            max_concurrent_trials=sweep.spec.budget.concurrent, reuse_actors=True,
+            scheduler=WatchedFIFO(book, sweep.spec.budget.hang_timeout)),
+        run_config=_run_config(sweep, name, book, len(configs), progress))
+    tuner.fit()
+

@@ -1,0 +1,225 @@
+"""Progress while a sweep runs: a live panel on a terminal, plain lines elsewhere.
+
+On a terminal (rich ``Live``): trials running and done, outcomes by status and
+failure reason, the best stable quality so far, elapsed and estimated time
+left, with one line printed above the panel per finished trial. Not on a
+terminal (CI logs, files): just those lines, each followed by the tally.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from typing import Any
+
+from ray.tune import Callback
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from sweeps.protocol import CRASH, FINISHED_OK, OK, SEARCH
+from sweeps.record import objectives
+from sweeps.record.book import TrialBook, TrialRecord
+
+
+class ProgressLines(Callback):
+    """Ray Tune callback that shows the sweep's progress (see the module docstring)."""
+
+    def __init__(self, book: TrialBook, total: int | None, console: Console | None = None,
+                 live: bool | None = None, stage: str | None = None) -> None:
+        self.book = book
+        self.total = total
+        self.stage = stage  # None: the search; else a confirmation stage's name
+        self._console = console
+        self._live_wanted = live
+        self._live: Live | None = None
+        self._last_draw = 0.0
+        self.start = time.monotonic()
+        self.first_result: float | None = None  # when training began (Ray, data, compile done)
+        self.done = 0
+        self.running = 0
+        self.counts: Counter[str] = Counter()
+        self.best: tuple[float, str] | None = None
+
+    @property
+    def console(self) -> Console:
+        if self._console is None:
+            self._console = Console(stderr=True, highlight=False, soft_wrap=True)
+        return self._console
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_console"] = None  # a Console and a Live hold locks; Tune pickles callbacks
+        state["_live"] = None
+        return state
+
+    # -- Ray Tune hooks
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        self.running = sum(1 for t in trials if t.status == "RUNNING")
+        if self._use_live() and time.monotonic() - self._last_draw > 0.5:
+            self._draw()
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict,
+                        **info: Any) -> None:
+        if self.first_result is None:
+            self.first_result = time.monotonic()
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._finished(trial, error=False)
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._finished(trial, error=True)
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        if self._live is not None:
+            self.running = 0
+            self._live.update(self.panel())
+            self._live.stop()
+            self._live = None
+
+    # -- drawing
+    def _use_live(self) -> bool:
+        wanted = self._live_wanted
+        return self.console.is_terminal if wanted is None else wanted
+
+    def _draw(self) -> None:
+        self._last_draw = time.monotonic()
+        if self._live is None:
+            self._live = Live(self.panel(), console=self.console, refresh_per_second=4,
+                              transient=False)
+            self._live.start()
+        else:
+            self._live.update(self.panel())
+
+    def _finished(self, trial: Any, error: bool) -> None:
+        rec = self.book.trials.get(trial.trial_id)
+        if rec is None or not rec.finished:  # closed by TrialEvents, called before this
+            return
+        self.done += 1
+        self.counts[rec.reason or rec.status] += 1
+        self._update_best(rec)
+        self.console.print(self.line(rec))
+        if self._use_live():
+            self._draw()
+        else:
+            self.console.print(f"    {self.tally()}", style="dim")
+
+    def _update_best(self, rec: TrialRecord) -> None:
+        if rec.status != OK or not self.book.sweep.objectives:
+            return
+        first = self.book.sweep.objectives[0]
+        value = objectives.metric_value(rec.history, first.metric)
+        if value is None or not math.isfinite(value):
+            return
+        key = value if first.mode == "min" else -value
+        if self.best is None or key < self.best[0]:
+            self.best = (key, f"{first.metric} {value:.4g} ({rec.trial_id})")
+
+    def line(self, rec: TrialRecord) -> str:
+        knobs = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                         for k, v in rec.values.items())
+        what = rec.status if not rec.reason else f"{rec.status} ({rec.reason} @ {rec.stop_step})"
+        if rec.diagnosis:
+            what += f" · {rec.diagnosis_text()}"
+        if rec.status == CRASH and rec.evidence.get("error"):
+            what += f": {str(rec.evidence['error'])[:160]}"
+        if rec.compile_fallback:
+            what += f" · RAN EAGERLY: {rec.compile_fallback[:120]}"
+        count = f"{self.done}/{self.total}" if self.total is not None else self.count()
+        return f"[{count}] {rec.trial_id} {what}  {knobs}"
+
+    def count(self) -> str:
+        """``done/total`` trials, or trials done and steps spent of a step budget."""
+        if self.total is not None:
+            return f"{self.done}/{self.total} done"
+        return f"{self.done} done, {self.book.steps_spent()}/{self.step_budget} steps"
+
+    @property
+    def step_budget(self) -> int | None:
+        return self.book.sweep.search_steps
+
+    def eta(self, now: float | None = None) -> tuple[float, float]:
+        """Seconds elapsed, and left (NaN until it can be told).
+
+        Measured in training steps: the wall time per step since the first result (so
+        Ray's start-up is not spread over what is left), times the search's steps still
+        to run and the steps confirmation keeps back (its full-length re-runs cost more
+        than the search's early-stopped trials; ``Sweep.confirm_steps``). Shown only once
+        as many trials finished as run at once (the first to finish are the ones a
+        scheduler or rule cut short)."""
+        now = time.monotonic() if now is None else now
+        elapsed = now - self.start
+        rate = self._rate(now)
+        if self.stage is not None:  # a confirmation stage: its own full-length runs
+            if math.isnan(rate) or self.total is None:
+                return elapsed, math.nan
+            return elapsed, rate * max(0, self.total - self.done)
+        if math.isnan(rate):
+            return elapsed, math.nan
+        return elapsed, rate * (self._search_steps_left() + self.book.sweep.confirm_steps)
+
+    def fragile_extra(self, now: float | None = None) -> float:
+        """Seconds one more confirmation round would add (NaN until told; 0 in a stage):
+        when candidates prove fragile the next ones on the list are confirmed in their
+        place, within what is left of ``budget.total_steps``."""
+        if self.stage is not None:
+            return 0.0
+        sweep = self.book.sweep
+        steps = sweep.confirm_round_steps
+        total = sweep.spec.budget.total_steps
+        if total is not None:
+            planned = self.book.steps_spent() + self._search_steps_left() + sweep.confirm_steps
+            steps = max(0, min(steps, total - planned))
+        return self._rate(time.monotonic() if now is None else now) * steps
+
+    def _rate(self, now: float) -> float:
+        """Wall seconds per training step since the first result: per trial in a
+        confirmation stage (its runs are alike), per step in the search (NaN until
+        ``budget.concurrent`` trials finished)."""
+        training = now - self.first_result if self.first_result is not None else 0.0
+        if training <= 0 or not self.done:
+            return math.nan
+        if self.stage is not None:
+            return training / self.done
+        spent = self.book.steps_spent()
+        if self.done < max(1, self.book.sweep.spec.budget.concurrent) or not spent:
+            return math.nan
+        return training / spent
+
+    def _search_steps_left(self) -> float:
+        if self.total is None and self.step_budget:
+            return max(0, self.step_budget - self.book.steps_spent())
+        finished = sum(r.last_step for r in self.book.trials.values()
+                       if r.role == SEARCH and r.finished)
+        return finished / self.done * max(0, (self.total or 0) - self.done)
+
+    def tally(self) -> str:
+        elapsed, _ = self.eta()
+        counts = ", ".join(f"{k} {n}" for k, n in sorted(self.counts.items()))
+        best = f" | best {self.best[1]}" if self.best else ""
+        return f"{counts}{best} | {self._time_text()}"
+
+    def _time_text(self, now: float | None = None) -> str:
+        elapsed, left = self.eta(now)
+        eta = "?" if math.isnan(left) else f"~{left:.0f}s"
+        if self.stage is not None:
+            return f"{self.stage}: elapsed {elapsed:.0f}s, {eta} left in this stage"
+        extra = self.fragile_extra(now)
+        more = f" (+~{extra:.0f}s if candidates prove fragile)" if extra >= 1 else ""
+        return f"elapsed {elapsed:.0f}s, {eta} left with confirmation{more}"
+
+    def panel(self) -> Table:
+        table = Table(title=f"sweep {self.book.sweep.name}", show_header=False, box=None)
+        table.add_column(style="bold")
+        table.add_column()
+        table.add_row("trials", f"{self.count()}, {self.running} running")
+        by_status = {k: n for k, n in self.counts.items() if k in FINISHED_OK}
+        table.add_row("finished", ", ".join(f"{k} {n}" for k, n in sorted(by_status.items()))
+                      or "-")
+        failed = {k: n for k, n in self.counts.items() if k not in FINISHED_OK}
+        table.add_row("failed", ", ".join(f"{k} {n}" for k, n in sorted(failed.items()))
+                      or "-")
+        table.add_row("best so far", self.best[1] if self.best else "-")
+        table.add_row("time", self._time_text())
+        return table

@@ -1,0 +1,83 @@
+"""Stopping trials that stopped reporting (a hung data loader, a deadlock)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ray.tune.experiment import Trial
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+
+from sweeps.record.book import TrialBook
+from sweeps.tune import compat
+
+
+class HangWatch:
+    """Scheduler mixin: each controller step, stop RUNNING trials silent for ``timeout`` s.
+
+    Ray Tune's stoppers only see results, and a hung trial sends none; the
+    scheduler is asked which trial to run on every step of the controller loop,
+    so that is where the watch runs.
+    """
+
+    def __init__(self, book: TrialBook, timeout: float | None, **scheduler: Any) -> None:
+        """``book``: the sweep's trials; ``timeout``: seconds without a report after which a
+        running trial is stopped as hung (None: never); ``scheduler``: the Ray Tune
+        scheduler's own arguments."""
+        super().__init__(**scheduler)
+        self._book, self._timeout = book, timeout
+        self._since: dict[str, float] = {}
+
+    def choose_trial_to_run(self, tune_controller: Any) -> Trial | None:
+        if self._timeout:
+            self._check(tune_controller)
+        return super().choose_trial_to_run(tune_controller)  # type: ignore[misc]
+
+    def _check(self, controller: Any) -> None:
+        now = time.monotonic()
+        for trial in list(controller.get_live_trials()):
+            if trial.status != Trial.RUNNING:
+                self._since.pop(trial.trial_id, None)
+                continue
+            started = self._since.setdefault(trial.trial_id, now)
+            rec = self._book.trials.get(trial.trial_id)
+            last = max(started, rec.last_seen) if rec is not None else started
+            if now - last > self._timeout and not (rec is not None and rec.finished):
+                self._book.mark_hung(trial.trial_id, trial.config, now - last, self._timeout)
+                controller.stop_trial(trial)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_since"] = {}
+        return state
+
+
+class WatchedFIFO(HangWatch, FIFOScheduler):
+    """FIFO scheduling with the hang watch."""
+
+
+#: ASHA's value for a failed trial at a rung (ASHA keeps "higher is better"; finite, so
+#: percentiles over a rung stay defined).
+_FAILED_AT_RUNG = -1e300
+
+
+class WatchedASHA(HangWatch, ASHAScheduler):
+    """ASHA with the hang watch, counting failed trials at the rung they did not reach.
+
+    ASHA lets the best 1/rf of the trials recorded at a rung go on. A trial the
+    rules stop before a rung is never recorded there, so without this the stable
+    trials alone compete for the same share and ASHA prunes them harder the more
+    unstable the space is (on the vMF direction MLP most stable trials stopped at
+    the first rung). An unstable or crashed trial is recorded as the worst value at
+    the next rung after its last step, as it would have been had it run on.
+    """
+
+    def on_trial_complete(self, tune_controller: Any, trial: Trial, result: dict) -> None:
+        rec = self._book.trials.get(trial.trial_id)
+        rungs = compat.asha_rungs(self, trial.trial_id)
+        if rec is not None and rec.failed and rungs is not None:
+            ahead = [(milestone, recorded) for milestone, recorded in rungs
+                     if milestone > rec.last_step and trial.trial_id not in recorded]
+            if ahead:  # rungs are in descending order: the last one is the next rung
+                ahead[-1][1][trial.trial_id] = _FAILED_AT_RUNG
+        super().on_trial_complete(tune_controller, trial, result)
