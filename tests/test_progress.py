@@ -101,6 +101,24 @@ def test_time_left_ignores_start_up_and_counts_confirmation(linreg_dir):
         "~160s left with confirmation (+~90s if candidates prove fragile)")
 
 
+def test_trials_still_running_count_as_at_least_as_long_as_they_ran(linreg_dir):
+    """The first trials to finish are the short ones: with two finished at 20 steps and two
+    still running past them, the rest of the search is not taken to be 20-step trials."""
+    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir))
+    progress = ProgressLines(book, 10, console=Console(file=io.StringIO(), width=200))
+    progress.start, progress.first_result = 0.0, 30.0
+    _feed(progress, book, _trial("a", 0.1, 20, 0.5))
+    _feed(progress, book, _trial("b", 0.05, 20, 0.4))
+    short = progress._search_steps_left()
+    assert short == 8 * 20  # all finished, none running: the finished mean
+    for trial_id in ("c", "d"):
+        for step in range(1, 41):
+            book.record(trial_id, {"step": step, "loss": 1.0 / step, "config": {"lr": 0.01}})
+    # half the trials got past step 20: the Kaplan-Meier mean is 20 + 0.5 * (60 - 20) = 40
+    # steps a trial, for the 8 unfinished, less the 80 the running two already ran
+    assert progress._search_steps_left() == 8 * 40 - 80 > short
+
+
 def test_a_step_budget_bounds_the_extra_confirmation_round(linreg_dir):
     """With ``budget.total_steps`` a later confirmation round only takes what is left of
     it: a budget the search and the first round spend leaves no extra time to tell."""

@@ -188,11 +188,17 @@ class ProgressLines(Callback):
         return training / spent
 
     def _search_steps_left(self) -> float:
+        """Training steps the search still runs: of a step budget, what is left of it; of a
+        trial count, the trials not finished times the expected length of a trial (see
+        :func:`expected_length`) less what the running ones already ran."""
         if self.total is None and self.step_budget:
             return max(0, self.step_budget - self.book.steps_spent())
-        finished = sum(r.last_step for r in self.book.trials.values()
-                       if r.role == SEARCH and r.finished)
-        return finished / self.done * max(0, (self.total or 0) - self.done)
+        search = [r for r in self.book.trials.values() if r.role == SEARCH]
+        finished = [r.last_step for r in search if r.finished]
+        running = [r.last_step for r in search if not r.finished]
+        length = expected_length(finished, running, self.book.sweep.spec.budget.max_steps)
+        unfinished = max(0, (self.total or 0) - len(finished))
+        return max(0.0, unfinished * length - sum(running))
 
     def tally(self) -> str:
         elapsed, _ = self.eta()
@@ -223,3 +229,29 @@ class ProgressLines(Callback):
         table.add_row("best so far", self.best[1] if self.best else "-")
         table.add_row("time", self._time_text())
         return table
+
+
+def expected_length(finished: list[int], running: list[int], cap: int) -> float:
+    """Mean length of a trial in steps, from the trials that finished and those still
+    running (whose length is at least their step so far): the Kaplan–Meier mean, restricted
+    to ``cap`` (``budget.max_steps``).
+
+    The first trials to finish are the ones the rules or the scheduler cut short; a mean
+    of the finished alone would say every trial is that short and the time left would be
+    half the truth. Counting the running ones as "at least this long" corrects for it.
+
+    Example:
+        >>> expected_length([60, 60], [60, 60], cap=300)  # half stop at 60, half run on
+        180.0
+        >>> expected_length([60, 300, 300, 300], [], cap=300)
+        240.0
+    """
+    if not finished and not running:
+        return float(cap)
+    mean, alive, last = 0.0, 1.0, 0
+    for step in sorted(set(finished)):
+        at_risk = sum(s >= step for s in finished) + sum(s >= step for s in running)
+        mean += alive * (min(step, cap) - last)
+        alive *= 1 - finished.count(step) / at_risk
+        last = min(step, cap)
+    return mean + alive * max(0, cap - last)
