@@ -15,6 +15,7 @@ import pytest
 import yaml
 from matplotlib.image import imread
 
+from sweeps.protocol import objective_column
 from sweeps.results import plots
 from sweeps.results.report import summary, write_report
 from tests.conftest import skip_or_fail
@@ -81,7 +82,7 @@ def make_sweep(folder: Path, *, objectives: tuple[str, ...] = ("val_loss", "inst
         values = {"val_loss": np.nan if reason == "oom" else 0.1 + 0.5 * rng.random() + failed,
                   "instability": np.nan if reason == "oom" else 2 * rng.random() + failed,
                   "step_time": 0.02 + 0.01 * rng.random()}
-        row.update({f"objective_{o}": values[o] for o in objectives})
+        row.update({objective_column(o): values[o] for o in objectives})
         row.update({"final_loss": values["val_loss"], "peak_grad_norm": 3.0 + 1e4 * failed,
                     "step_time": values["step_time"], "instability": values["instability"],
                     "evidence": json.dumps({"ratio": 148.4, "threshold": 50.0}) if failed else "",
@@ -93,9 +94,9 @@ def make_sweep(folder: Path, *, objectives: tuple[str, ...] = ("val_loss", "inst
                      grad_norm=grad_norm).to_csv(folder / "trials" / f"{tid}.csv", index=False)
     trials = pd.DataFrame(rows)
     if nan:
-        trials.loc[[0, 3], "objective_val_loss"] = np.nan
+        trials.loc[[0, 3], objective_column("val_loss")] = np.nan
         trials.loc[1, "lr"] = np.nan
-        trials.loc[2, f"objective_{objectives[-1]}"] = np.inf
+        trials.loc[2, objective_column(objectives[-1])] = np.inf
     folder.mkdir(parents=True, exist_ok=True)
     trials.to_csv(folder / "trials.csv", index=False)
     prows, rank = [], 0
@@ -108,7 +109,7 @@ def make_sweep(folder: Path, *, objectives: tuple[str, ...] = ("val_loss", "inst
             (folder / "stable").mkdir(exist_ok=True)
             (folder / yml).write_text(yaml.safe_dump({"training": {"lr": float(src["lr"])}}))
         prows.append({"front_rank": i, "trial_id": tid, **{k: src[k] for k in KNOBS},
-                      **{o: src[f"objective_{o}"] for o in objectives},
+                      **{o: src[objective_column(o)] for o in objectives},
                       "seeds_passed": int(confirmed), "seeds_run": 1,
                       "seed_failures": "" if confirmed else "loss_spike",
                       "lr_probe": "ok" if tid != "a3" else "unstable",
@@ -144,9 +145,15 @@ def _report(folder: Path, objectives: tuple[str, ...] = ("val_loss", "instabilit
     return path.read_text()
 
 
-def test_page_has_every_section_plot_and_link(tmp_path: Path) -> None:
-    folder = make_sweep(tmp_path / "demo")
-    page = _report(folder)
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The demo sweep's folder and its report, rendered once for the tests that read it."""
+    folder = make_sweep(tmp_path_factory.mktemp("report") / "demo")
+    return folder, _report(folder)
+
+
+def test_page_has_every_section_plot_and_link(demo: tuple[Path, str]) -> None:
+    folder, page = demo
     for section in ('id=pareto', 'id=map', 'id=curves', 'id=taxonomy', 'id=trials'):
         assert section in page
     srcs = _check_images(folder, page)
@@ -161,8 +168,8 @@ def test_page_has_every_section_plot_and_link(tmp_path: Path) -> None:
     assert not [p.name for p in folder.iterdir() if p.name.startswith(".")], "temp files left"
 
 
-def test_taxonomy_table_names_the_settings_behind_each_reason(tmp_path: Path) -> None:
-    page = _report(make_sweep(tmp_path / "demo"))
+def test_taxonomy_table_names_the_settings_behind_each_reason(demo: tuple[Path, str]) -> None:
+    page = demo[1]
     taxonomy = page[page.index("id=taxonomy"):page.index("id=trials")]
     for reason in ("grad_blowup", "non_finite", "divergence", "flat_at_baseline", "loss_spike",
                    "oom"):
