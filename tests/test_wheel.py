@@ -4,6 +4,7 @@ folder outside the repository."""
 
 from __future__ import annotations
 
+import csv
 import os
 import shutil
 import subprocess
@@ -34,8 +35,7 @@ def wheel(tmp_path_factory) -> Path:
     src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("whl")
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    for pkg in ("sweeps", "trainers"):
-        shutil.copytree(ROOT / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "sweeps", src / "sweeps", ignore=shutil.ignore_patterns("__pycache__"))
     _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
          "-w", out, src, cwd=src)
     (found,) = out.glob("sweeps-*.whl")
@@ -49,7 +49,9 @@ def test_the_wheel_holds_the_default_space_and_the_slurm_template(wheel):
         assert "@@NODES@@" in z.read("sweeps/cluster/sweep.sbatch").decode()
 
 
-def test_installed_wheel_validates_and_renders_slurm_outside_the_repo(wheel, tmp_path):
+def _installed(wheel: Path, tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A fresh venv holding the wheel (not editable), and an environment without this
+    checkout on PYTHONPATH."""
     venv = tmp_path / "venv"
     _run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path)
     py = venv / "bin" / "python"
@@ -61,6 +63,12 @@ def test_installed_wheel_validates_and_renders_slurm_outside_the_repo(wheel, tmp
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # no checkout on the path
     _run(sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-deps", wheel,
          cwd=tmp_path, env=env)
+    return venv, env
+
+
+def test_installed_wheel_validates_and_renders_slurm_outside_the_repo(wheel, tmp_path):
+    venv, env = _installed(wheel, tmp_path)
+    py = venv / "bin" / "python"
     work = tmp_path / "work"
     work.mkdir()
     (work / "my_train.py").write_text("def train(config, report):\n    report({'loss': 1.0})\n")
@@ -81,3 +89,38 @@ def test_installed_wheel_validates_and_renders_slurm_outside_the_repo(wheel, tmp
     found = _run(py, "-c", "import importlib.util as u; print(u.find_spec('trainers') is None, "
                  "u.find_spec('sweeps.trainers.direction').origin)", cwd=work, env=env).split()
     assert found[0] == "True" and Path(found[1]).is_relative_to(venv)
+
+
+TINY_TRAINER = """\
+def train(config, report):
+    lr, loss = config["t"]["lr"], 1.0
+    for step in range(1, config["sweep"]["max_steps"] + 1):
+        loss *= 1 - min(lr, 0.5) * 0.1
+        report({"step": step, "loss": loss, "val_loss": loss, "grad_norm": 1.0,
+                "lr": lr})
+"""
+
+
+@pytest.mark.slow
+def test_installed_wheel_runs_a_sweep_extending_the_default_space(wheel, tmp_path):
+    """Installed as a wheel, outside the repository: a tiny sweep whose space extends the
+    shipped default runs on Ray, and its trials and YAMLs come out under the folder."""
+    venv, env = _installed(wheel, tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "tiny_train.py").write_text(TINY_TRAINER)
+    (work / "base.yaml").write_text(yaml.safe_dump({"t": {k: 0 for k in SIX}}))
+    (work / "sweep.yaml").write_text(yaml.safe_dump({
+        "name": "tiny", "trainer": "tiny_train:train", "base_config": "base.yaml",
+        "search_space": {"extends": "sweeps:default", "compile": "none"},
+        "write_back": {k: f"t.{k}" for k in SIX},
+        "objectives": [{"metric": "val_loss", "mode": "min"}],
+        "budget": {"trials": 3, "max_steps": 20, "concurrent": 2},
+        "confirm": {"seeds": 0, "keep": 1}, "resources": {"cpu": 1}}))
+    out = _run(venv / "bin" / "sweeps", "run", "sweep.yaml", "--no-preflight", cwd=work,
+               env=env)
+    folder = work / "results" / "tiny"
+    with open(folder / "trials.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["status"] for r in rows if r["role"] == "search"] == ["ok"] * 3, out
+    assert list((folder / "stable").glob("rank-01-*.yaml")), out
