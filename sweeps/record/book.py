@@ -55,7 +55,6 @@ _TUNE_KEYS = frozenset({
     "__duplicate__"})
 
 
-
 @dataclass
 class TrialRecord:
     """One trial as the driver saw it."""

@@ -66,10 +66,10 @@ class ProgressLines(Callback):
             self.first_result = time.monotonic()
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._finished(trial, error=False)
+        self._finished(trial)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._finished(trial, error=True)
+        self._finished(trial)
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         if self._live is not None:
@@ -92,7 +92,7 @@ class ProgressLines(Callback):
         else:
             self._live.update(self.panel())
 
-    def _finished(self, trial: Any, error: bool) -> None:
+    def _finished(self, trial: Any) -> None:
         rec = self.book.trials.get(trial.trial_id)
         if rec is None or not rec.finished:  # closed by TrialEvents, called before this
             return
@@ -201,7 +201,6 @@ class ProgressLines(Callback):
         return max(0.0, unfinished * length - sum(running))
 
     def tally(self) -> str:
-        elapsed, _ = self.eta()
         counts = ", ".join(f"{k} {n}" for k, n in sorted(self.counts.items()))
         best = f" | best {self.best[1]}" if self.best else ""
         return f"{counts}{best} | {self._time_text()}"

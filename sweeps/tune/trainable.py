@@ -8,14 +8,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import ray
+from ray import tune
+
 from sweeps.spec.loader import Sweep
 from sweeps.trial.run import flat_config, prepare_process, run_trainer
 
 
 def ray_trainable(config: dict[str, Any], sweep: Sweep) -> None:
     """Ray Tune function trainable (bound to the sweep with ``tune.with_parameters``)."""
-    from ray import tune
-
     prepare_process(sweep, int(sweep.spec.resources.cpu))
     if sweep.workdir.is_dir():  # Ray Tune starts each trial in its own folder; a trainer's
         os.chdir(sweep.workdir)  # relative paths mean the folder sweeps was started from
@@ -36,8 +37,6 @@ def scratch_dir() -> str:
     their way to Ray: a trial Ray stops inside ``report`` never leaves a ``with`` block, so
     a folder of the system temp dir would be left behind. On a node other than the
     driver's, that folder is not there: the system temp dir, then."""
-    from ray import tune
-
     folder = tune.get_context().get_trial_dir()
     return folder if folder and os.path.isdir(folder) else tempfile.gettempdir()
 
@@ -49,7 +48,6 @@ CHECKPOINT_FILE = "trainer_state.pt"
 def _ray_checkpoint(result: dict[str, Any], state: Any) -> None:
     """Report ``result`` to Ray Tune with the trainer's ``state`` as its checkpoint."""
     import torch
-    from ray import tune
 
     with tempfile.TemporaryDirectory(prefix="sweeps-ckpt-", dir=scratch_dir()) as folder:
         torch.save(state, Path(folder) / CHECKPOINT_FILE)
@@ -58,8 +56,6 @@ def _ray_checkpoint(result: dict[str, Any], state: Any) -> None:
 
 def assigned_gpu_ids() -> list[Any]:
     """The GPU ids Ray assigned to this worker (``ray.get_gpu_ids()``; [] outside Ray)."""
-    import ray
-
     try:
         return list(ray.get_gpu_ids()) if ray.is_initialized() else []
     except Exception:  # noqa: BLE001 - not in a Ray worker
