@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sweeps.errors import SpecError
+from sweeps.protocol import CRASH, OK, PRUNED, SEARCH, UNSTABLE
+from sweeps.record.objectives import metric_value, quality_gap, series
 from sweeps.state import seal as state_seal
 from sweeps.state.atomic import replace_dir, write_text
-from sweeps.errors import SpecError
-from sweeps.record.objectives import metric_value, quality_gap, series
-from sweeps.protocol import CRASH, OK, PRUNED, SEARCH, UNSTABLE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -424,8 +424,8 @@ def run_audit(folder: Path, *, sample: int = DEFAULT_SAMPLE, steps: int | None =
     names the trainer to run, so it must be sealed by this account (``trust_state``:
     :mod:`sweeps.state.seal`)."""
     from sweeps.commands.run import load_resolved
-    from sweeps.trial.run import prepare_process
     from sweeps.spec.trainer_loader import load_trainer
+    from sweeps.trial.run import prepare_process
 
     folder = Path(folder)
     if sample < 1:

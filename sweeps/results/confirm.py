@@ -40,8 +40,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sweeps.record import objectives
-from sweeps.record.book import TrialBook, TrialRecord
 from sweeps.protocol import BASE as BASE_ROLE
 from sweeps.protocol import (
     LR_SCALE_KEY,
@@ -53,6 +51,8 @@ from sweeps.protocol import (
     confirm_role,
     probe_role,
 )
+from sweeps.record import objectives
+from sweeps.record.book import TrialBook, TrialRecord
 from sweeps.spec.loader import Objective, Sweep
 
 #: Verdicts under which a candidate is handed over.

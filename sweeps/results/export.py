@@ -8,9 +8,9 @@ from typing import Any
 
 import yaml
 
-from sweeps.state.atomic import write_text
 from sweeps.spec.config_paths import with_values
 from sweeps.spec.loader import Sweep
+from sweeps.state.atomic import write_text
 
 
 def config_for(sweep: Sweep, values: dict[str, Any]) -> dict[str, Any]:

@@ -9,10 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from sweeps.record import objectives
-from sweeps.state.atomic import replace_dir, write_text
-from sweeps.trial.compile import EVIDENCE_KEYS, compile_mode
-from sweeps.results.export import write_config
 from sweeps.protocol import (
     OK,
     SELECTION,
@@ -21,8 +17,12 @@ from sweeps.protocol import (
     objective_column,
     seed_column,
 )
-from sweeps.spec.space import Categorical, fixed_value
+from sweeps.record import objectives
+from sweeps.results.export import write_config
 from sweeps.spec.loader import Sweep
+from sweeps.spec.space import Categorical, fixed_value
+from sweeps.state.atomic import replace_dir, write_text
+from sweeps.trial.compile import EVIDENCE_KEYS, compile_mode
 
 if TYPE_CHECKING:  # annotations only: the files are written without Ray Tune imported
     from sweeps.record.book import TrialBook, TrialRecord

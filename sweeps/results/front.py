@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 import statistics
 
+from sweeps.protocol import OK, PRUNED
 from sweeps.record import objectives as objs
 from sweeps.record.book import TrialBook, TrialRecord
-from sweeps.protocol import OK, PRUNED
 from sweeps.spec.loader import Objective
 
 #: Smallest relative step-time difference that counts.

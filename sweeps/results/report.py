@@ -14,9 +14,6 @@ from urllib.parse import quote
 import pandas as pd
 import yaml
 
-from sweeps.results import plots
-from sweeps.state.atomic import write_text
-from sweeps.results.importance import importance
 from sweeps.protocol import (
     FAILED,
     OBJECTIVE_PREFIX,
@@ -30,6 +27,9 @@ from sweeps.protocol import (
     objective_column,
     seed_column_prefix,
 )
+from sweeps.results import plots
+from sweeps.results.importance import importance
+from sweeps.state.atomic import write_text
 
 META = ("trial_id", "role", "status", "reason", "stop_step", "seed", "steps", "retries")
 MAX_FAILED_CURVES, MAX_TOP_CURVES = 8, 5

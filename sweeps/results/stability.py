@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from sweeps.protocol import CRASH, OK, ROLE_KEY, SEED_KEY, STABILITY, UNSTABLE
 from sweeps.record import objectives
 from sweeps.record.book import TrialBook, TrialRecord
-from sweeps.protocol import CRASH, OK, ROLE_KEY, SEED_KEY, STABILITY, UNSTABLE
 
 ROLE = STABILITY
 #: Recommended value = at most the last stable grid value divided by this.

@@ -26,8 +26,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sweeps.record.book import TrialBook, TrialRecord
 from sweeps.protocol import SEARCH
+from sweeps.record.book import TrialBook, TrialRecord
 from sweeps.spec.loader import Sweep
 
 _BATCH = 900  # MLflow takes at most 1000 metrics per log_batch call

@@ -26,8 +26,8 @@ import optuna
 
 from sweeps.errors import SpecError
 from sweeps.protocol import OK, WARM_START
-from sweeps.spec.space import contains, fixed_values, optuna_space
 from sweeps.spec.loader import Objective, Sweep, load_sweep_dict, read_yaml
+from sweeps.spec.space import contains, fixed_values, optuna_space
 
 FLAG = "--warm-start"
 #: trials.csv role of a trial taken from an earlier sweep.

@@ -1,0 +1,47 @@
+"""The package's own tree: nothing in it is git-ignored or hidden from ruff, every folder
+of it is a package. (The results root ``results/`` is ignored; ``sweeps/results/`` is code.)"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "sweeps"
+
+
+def _git_checkout() -> bool:
+    return shutil.which("git") is not None and (ROOT / ".git").exists()
+
+
+def _package_dirs() -> list[Path]:
+    return [d for d in PACKAGE.rglob("*") if d.is_dir() and d.name != "__pycache__"
+            and any(d.glob("*.py"))]
+
+
+@pytest.mark.skipif(not _git_checkout(), reason="not a git checkout")
+def test_no_path_of_the_package_is_git_ignored_but_the_results_root_is() -> None:
+    probes = [str((d / "_new_module.py").relative_to(ROOT)) for d in _package_dirs()]
+    probes.append("results/some-sweep/trials.csv")
+    out = subprocess.run(["git", "check-ignore", "--no-index", *probes], cwd=ROOT,
+                         capture_output=True, text=True).stdout.split()
+    assert out == ["results/some-sweep/trials.csv"]
+
+
+def test_ruff_checks_every_module_of_the_package() -> None:
+    ruff = Path(sys.executable).parent / "ruff"
+    if not ruff.exists():
+        pytest.skip("ruff is not installed beside this Python")
+    shown = subprocess.run([str(ruff), "check", "--show-files", "."], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout
+    checked = {Path(line.strip()).resolve() for line in shown.splitlines() if line.strip()}
+    modules = {p.resolve() for p in PACKAGE.rglob("*.py")}
+    assert modules - checked == set()
+
+
+def test_every_folder_of_the_package_is_a_package() -> None:
+    assert [d for d in _package_dirs() if not (d / "__init__.py").is_file()] == []
