@@ -83,6 +83,8 @@ OBJECTIVE_PREFIX: Final = "objective_"
 #: ``<metric>@seed<N>``).
 SELECTION: Final = "selection"
 SELECTION_REASON: Final = "selection_reason"
+#: trials.csv's column marking the search trial that ran the base config's own values.
+BASE_CONFIG: Final = "base_config"
 #: Label of a pruned trial the rules diagnosed, as the report and ``sweeps audit`` count it.
 PRUNED_LABEL_PREFIX: Final = "pruned · "
 

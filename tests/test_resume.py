@@ -73,9 +73,10 @@ def test_driver_killed_mid_sweep_resumes_without_losing_trials(linreg_dir, monke
     # kept from the journal, and the restored searcher may start one more in its place
     assert 10 <= len(search) <= 12 and search["trial_id"].is_unique
     assert (search["status"] != "running").all()
-    assert set(before) <= set(search["trial_id"])
+    # every trial finished before the kill is kept, search trials and the race's re-runs
+    assert set(before) <= set(trials["trial_id"])
     for trial_id, outcome in before.items():
-        row = search.set_index("trial_id").loc[trial_id]
+        row = trials.set_index("trial_id").loc[trial_id]
         assert row["status"] == outcome["status"]
         # not re-run: its journal gained nothing after the kill
         assert (out / "trials" / f"{trial_id}.jsonl").read_text() == histories_before[trial_id]

@@ -61,9 +61,6 @@ CASES = {
                               "write_back.lr", "'experiment'"),
     "step budget below one trial": (lambda d: d["budget"].update(total_steps=10),
                                     "budget.total_steps", "raise total_steps"),
-    "step budget all spent on confirmation": (
-        lambda d: d["budget"].update(total_steps=200, max_steps=60),
-        "budget.total_steps", "raise total_steps to at least 540"),
     "negative trials": (lambda d: d["budget"].update(trials=0), "budget.trials",
                         "greater than or equal to 1"),
     "reserved write_back path": (lambda d: d["write_back"].update(lr="sweep.lr"),

@@ -339,6 +339,8 @@ def print_selection(outcome) -> None:
         console.print("  (none: no candidate held on every fresh seed)")
     if chosen.base is not None and chosen.base.mean is not None:
         console.print(f"base config: mean {metric} {chosen.base.mean:.4g} on the same seeds")
+    if chosen.base_line():
+        console.print(f"note: {chosen.base_line()}", markup=False)
     for warning in outcome.warnings:
         console.print(f"[bold red]WARNING[/]: {warning}")
 

@@ -344,12 +344,13 @@ class TrialBook:
                 out.append(max(objectives.FAILED_INSTABILITY, value or 0.0))
                 continue
             if rec.flagged or value is None:
-                out.append(self._worst(obj, i, value))
+                out.append(self.worst_value(obj, i, value))
             else:
                 out.append(value)
         return out
 
-    def _worst(self, obj: Objective, index: int, own: float | None) -> float:
+    def worst_value(self, obj: Objective, index: int, own: float | None) -> float:
+        """What a failed trial is told on objective ``index``: the worst value seen."""
         seen = [v for r in self.trials.values() if r.status == OK
                 for v in [objectives.metric_value(r.history, obj.metric)] if v is not None]
         if own is not None:

@@ -96,6 +96,16 @@ class Confirmation:
     baseline: float | None = None
     #: The best holding candidate's fresh-seed mean, when this one is far behind it.
     poor_against: float | None = None
+    #: A failed LR probe makes the candidate fragile (else it needs more fresh seeds).
+    require_margin: bool = False
+
+    @property
+    def margin(self) -> str:
+        """``wide`` (held at LR × probe), ``narrow (<reason> @ <step>)`` (failed there),
+        ``untested`` (no probe run yet, or none planned)."""
+        if self.probe is None:
+            return "untested"
+        return "wide" if self.probe.status == OK else f"narrow ({self.probe.failure()})"
 
     # ---- per-seed figures
     @property
@@ -177,7 +187,7 @@ class Confirmation:
         failed = self.seed_reasons
         if failed:
             return "fragile", "unstable on a fresh seed: " + "; ".join(failed) + cut
-        if self.probe is not None and self.probe.status != OK:
+        if self.require_margin and self.probe is not None and self.probe.status != OK:
             return "fragile", f"LR probe unstable: {self.probe.failure()}"
         spread = self.spread
         if spread is not None and spread > self.tolerance:
@@ -266,6 +276,16 @@ class Selection:
     base: BaseReference | None = None
     steps: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: The search trial that ran the base config's own values, if one did.
+    base_id: str | None = None
+
+    def base_line(self) -> str | None:
+        """Said when the top config is the user's own base config."""
+        top = self.handed_over[0] if self.handed_over else None
+        if top is None or top.trial_id != self.base_id:
+            return None
+        return ("your base config held and nothing beat it: it is rank 1 "
+                f"({top.trial_id}); widen the search space to look further")
 
     @property
     def handed_over(self) -> list[Confirmation]:
@@ -289,49 +309,103 @@ class Selection:
                 f"{self.base.mean:.4g}; keep your base config or widen the search")
 
 
-def fresh_seeds(sweep: Sweep) -> list[int]:
-    """The confirmation seeds: the ones after the search seed."""
-    return [sweep.spec.seed + 1 + k for k in range(sweep.spec.confirm.seeds)]
+def fresh_seeds(sweep: Sweep, count: int | None = None) -> list[int]:
+    """The confirmation seeds: the ones after the search seed (``confirm.seeds`` of them,
+    or ``count``)."""
+    n = sweep.spec.confirm.seeds if count is None else count
+    return [sweep.spec.seed + 1 + k for k in range(n)]
 
 
 def probes(sweep: Sweep, values: dict[str, Any]) -> bool:
     return sweep.spec.confirm.lr_probe > 0 and "lr" in values
 
 
-def plan(sweep: Sweep, batch: list[TrialRecord], stage: str = "all") -> list[dict[str, Any]]:
-    """Re-run configs: each candidate on the fresh seeds and once at LR × probe.
+def planned_seeds(sweep: Sweep, probe: TrialRecord | None) -> int:
+    """Fresh seeds a candidate must hold on: ``confirm.seeds``, or ``confirm.narrow_seeds``
+    once its LR probe failed (a narrow margin asks for more evidence, not a veto)."""
+    conf = sweep.spec.confirm
+    narrow = probe is not None and probe.finished and probe.status != OK
+    if narrow and not conf.require_margin and conf.seeds:
+        return max(conf.seeds, conf.narrow_seeds)
+    return conf.seeds
 
-    ``stage`` "screen" plans the first fresh seed only, "finish" the other fresh seeds
-    and the probe, "all" both.
-    """
-    seeds = fresh_seeds(sweep)
-    if stage == "screen":
-        seeds = seeds[:1]
-    elif stage == "finish":
-        seeds = seeds[1:]
+
+def ladder(sweep: Sweep, book: TrialBook, rec: TrialRecord) -> list[dict[str, Any]]:
+    """The re-runs ``rec`` still lacks, in the order they are run: the first fresh seed (the
+    screen), the LR probe, the other fresh seeds (``confirm.narrow_seeds`` of them once the
+    probe failed). A run that was started (finished or not) is not listed again."""
+    started_seeds, probe = set(), None
+    for run in book.trials.values():
+        if run.role == confirm_role(rec.trial_id):
+            started_seeds.add(run.seed)
+        elif run.role == probe_role(rec.trial_id):
+            probe = run
+    seeds = fresh_seeds(sweep, planned_seeds(sweep, probe))
+    order: list[dict[str, Any]] = [
+        {**rec.values, SEED_KEY: s, ROLE_KEY: confirm_role(rec.trial_id), LR_SCALE_KEY: None}
+        for s in seeds if s not in started_seeds]
+    if probe is None and probes(sweep, rec.values):
+        at = 1 if seeds and seeds[0] not in started_seeds else 0
+        order.insert(at, {**rec.values, SEED_KEY: rec.seed,
+                          LR_SCALE_KEY: sweep.spec.confirm.lr_probe,
+                          ROLE_KEY: probe_role(rec.trial_id)})
+    return order
+
+
+def plan(sweep: Sweep, book: TrialBook, batch: list[TrialRecord],
+         stage: str = "all") -> list[dict[str, Any]]:
+    """The re-runs ``batch`` still lacks (:func:`ladder`): "screen" the first fresh seed
+    where it has not run, "all" every one."""
     runs: list[dict[str, Any]] = []
     for rec in batch:
-        for seed in seeds:
-            runs.append({**rec.values, SEED_KEY: seed, ROLE_KEY: confirm_role(rec.trial_id)})
-        if stage != "screen" and probes(sweep, rec.values):
-            runs.append({**rec.values, SEED_KEY: rec.seed,
-                         LR_SCALE_KEY: sweep.spec.confirm.lr_probe,
-                         ROLE_KEY: probe_role(rec.trial_id)})
-    for run in runs:  # the probe scales lr inside the trial; keep the member's own value here
-        run.setdefault(LR_SCALE_KEY, None)
+        missing = ladder(sweep, book, rec)
+        if stage == "screen":
+            first = fresh_seeds(sweep)[:1]
+            missing = [r for r in missing[:1] if r[SEED_KEY] in first
+                       and r[ROLE_KEY] == confirm_role(rec.trial_id)]
+        runs += missing
     return runs
 
 
-def plan_base(sweep: Sweep) -> list[dict[str, Any]]:
-    """The base config's own knob values on the search seed and every fresh seed (none
-    without fresh seeds: ``confirm.seeds: 0`` re-runs nothing but the LR probes)."""
+def base_point(sweep: Sweep) -> dict[str, Any] | None:
+    """The base config's own values of the searched knobs, when every one lies in the
+    search space (then they are the search's first trial), else None."""
+    from sweeps.spec.space import contains, optuna_space
     from sweeps.trial.tryout import try_values
 
-    if not sweep.spec.confirm.base or not sweep.spec.confirm.seeds:
+    if not sweep.spec.confirm.base:
+        return None
+    values = try_values(sweep, {})
+    varying = optuna_space(sweep.space)
+    if any(not contains(sweep.space[k], values[k]) for k in varying):
+        return None
+    return {k: values[k] for k in varying}
+
+
+def base_trial(sweep: Sweep, book: TrialBook) -> TrialRecord | None:
+    """The search trial that ran the base config's own values (the first one), or None."""
+    point = base_point(sweep)
+    if point is None:
+        return None
+    for rec in book.trials.values():
+        if rec.role == SEARCH and all(rec.values.get(k) == v for k, v in point.items()):
+            return rec
+    return None
+
+
+def plan_base(sweep: Sweep, book: TrialBook) -> list[dict[str, Any]]:
+    """The base config's own knob values on the search seed and every fresh seed, when
+    they could not be a search trial (a value off the search space); none without fresh
+    seeds (``confirm.seeds: 0`` re-runs nothing but the LR probes)."""
+    from sweeps.trial.tryout import try_values
+
+    if not sweep.spec.confirm.base or not sweep.spec.confirm.seeds or \
+            base_trial(sweep, book) is not None:
         return []
+    done = {r.seed for r in book.trials.values() if r.role == BASE_ROLE}
     values = try_values(sweep, {})
     return [{**values, SEED_KEY: seed, ROLE_KEY: BASE_ROLE, LR_SCALE_KEY: None}
-            for seed in [sweep.spec.seed, *fresh_seeds(sweep)]]
+            for seed in [sweep.spec.seed, *fresh_seeds(sweep)] if seed not in done]
 
 
 def judge(sweep: Sweep, book: TrialBook, rec: TrialRecord, on_front: bool) -> Confirmation:
@@ -341,19 +415,28 @@ def judge(sweep: Sweep, book: TrialBook, rec: TrialRecord, on_front: bool) -> Co
                         planned=sweep.spec.confirm.seeds,
                         search=SeedRun.of(rec, quality.metric),
                         probe_planned=probes(sweep, rec.values), on_front=on_front,
-                        baseline=sweep.quality_baseline)
+                        baseline=sweep.quality_baseline,
+                        require_margin=sweep.spec.confirm.require_margin)
     for run in book.trials.values():
         if run.role == confirm_role(rec.trial_id) and run.finished:
             conf.runs.append(SeedRun.of(run, quality.metric))
         elif run.role == probe_role(rec.trial_id) and run.finished:
             conf.probe = SeedRun.of(run, quality.metric)
             conf.lr_sensitivity = _sensitivity(rec, run, quality.metric)
+            conf.planned = planned_seeds(sweep, run)
     conf.runs.sort(key=lambda r: r.seed)
     return conf
 
 
 def base_reference(sweep: Sweep, book: TrialBook) -> BaseReference | None:
-    runs = [r for r in book.trials.values() if r.role == BASE_ROLE and r.finished]
+    """The base config on the search seed and the fresh seeds: its search trial and that
+    trial's fresh-seed runs, or its own runs when it was off the search space."""
+    trial = base_trial(sweep, book)
+    if trial is not None and trial.finished:
+        runs = [trial] + [r for r in book.trials.values() if r.finished
+                          and r.role == confirm_role(trial.trial_id)]
+    else:
+        runs = [r for r in book.trials.values() if r.role == BASE_ROLE and r.finished]
     if not runs:
         return None
     quality = sweep.objectives[0]
@@ -388,7 +471,7 @@ def _holding(judged: list[Confirmation]) -> int:
 
 
 def _affordable(sweep: Sweep, book: TrialBook, queue: list[TrialRecord], need: int) -> int:
-    """How many of the next candidates a later round may take: as many as the rest of
+    """How many of the next candidates a round may take: as many as the rest of
     ``budget.total_steps`` can re-run in full (``need`` without a step budget)."""
     budget = sweep.spec.budget
     if budget.total_steps is None:
@@ -396,7 +479,7 @@ def _affordable(sweep: Sweep, book: TrialBook, queue: list[TrialRecord], need: i
     left = budget.total_steps - sum(r.last_step for r in book.trials.values())
     n = 0
     for rec in queue[:need]:
-        cost = len(plan(sweep, [rec])) * budget.max_steps
+        cost = len(plan(sweep, book, [rec])) * budget.max_steps
         if cost > left:
             break
         left -= cost
@@ -404,38 +487,59 @@ def _affordable(sweep: Sweep, book: TrialBook, queue: list[TrialRecord], need: i
     return n
 
 
+def raced(book: TrialBook, rec: TrialRecord) -> bool:
+    """Whether ``rec`` has run (or runs) on a fresh seed or at LR × probe."""
+    roles = (confirm_role(rec.trial_id), probe_role(rec.trial_id))
+    return any(r.role in roles for r in book.trials.values())
+
+
 def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: list[TrialRecord],
            run: Runner) -> Selection:
-    """Confirm ``ordered`` candidates in raced rounds until ``confirm.keep`` hold.
+    """Judge the candidates the race settled and settle more until ``confirm.keep`` hold.
 
-    ``run(configs, name)`` runs one stage of re-runs (a Ray Tune experiment called
-    ``name``) and records them in ``book``. A round screens its candidates on the first
-    fresh seed, then finishes those the screen did not already make fragile (the other
-    fresh seeds and the LR probe). Round 1 also runs the base config, inside the steps
-    the search kept back; a later round takes only as many candidates as the rest of
-    ``budget.total_steps`` can re-run in full.
+    Most candidates were raced during the search (:mod:`sweeps.results.race`); what is
+    left runs here, in rounds, as Ray Tune experiments ``run(configs, name)`` records in
+    ``book``: candidates whose race the budget cut first, then the next ones in
+    ``ordered`` (the trials ASHA cut with no diagnosis among them), each round screening
+    on the first fresh seed, then running the rest of :func:`ladder` for those still
+    standing (twice: a failed LR probe asks for more seeds). A round takes as many as the
+    rest of ``budget.total_steps`` can re-run in full; when nothing holds yet the first
+    candidate is settled even past the budget, so a run hands over what holds.
     """
     conf = sweep.spec.confirm
     on_front = {r.trial_id for r in front}
-    queue = ordered[:conf.max_candidates]
-    judged: list[Confirmation] = []
+    base = base_trial(sweep, book)
+    if base is not None and base.finished and not base.flagged and base not in ordered:
+        ordered = [base, *ordered]
+    started = [r for r in ordered if raced(book, r)]
+    fresh = [r for r in ordered if not raced(book, r)]
+    queue = started + fresh[:max(0, conf.max_candidates - len(started))]
     notes: list[str] = []
-    base_runs = plan_base(sweep)
     stage_no = 0
 
     def run_stage(runs: list[dict[str, Any]]) -> None:
         nonlocal stage_no
-        stage_no += 1
         if runs:
+            stage_no += 1
             run(runs, "confirm" if stage_no == 1 else f"confirm-{stage_no}")
 
-    def verdicts(batch: list[TrialRecord]) -> list[Confirmation]:
-        return [judge(sweep, book, rec, rec.trial_id in on_front) for rec in batch]
+    def verdict(rec: TrialRecord) -> Confirmation:
+        return judge(sweep, book, rec, rec.trial_id in on_front)
 
-    first = True
-    while queue and _holding(judged) < conf.keep:
-        need = conf.keep - _holding(judged)
-        take = need if first else _affordable(sweep, book, queue, need)
+    judged = [verdict(r) for r in started
+              if not plan(sweep, book, [r]) or verdict(r).verdict == "fragile"]
+    done = {c.trial_id for c in judged}
+    queue = [r for r in queue if r.trial_id not in done]
+    base_runs = plan_base(sweep, book)
+    def found() -> int:  # configs the search found that hold (the base config is apart)
+        _holding(judged)
+        return sum(c.holds for c in judged if base is None or c.trial_id != base.trial_id)
+
+    while queue and found() < conf.keep:
+        need = conf.keep - found()
+        take = _affordable(sweep, book, queue, need)
+        if take == 0 and not found():
+            take = 1  # nothing the search found holds yet: settle the best remaining one
         if take == 0:
             spent = sum(r.last_step for r in book.trials.values())
             notes.append(f"confirmation stopped after {len(judged)} candidate(s): another "
@@ -444,19 +548,44 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
                          "confirm more")
             break
         batch, queue = queue[:take], queue[take:]
-        run_stage(plan(sweep, batch, "screen") + (base_runs if first else []))
-        alive = [c.trial_id for c in verdicts(batch) if c.verdict != "fragile"]
-        run_stage(plan(sweep, [r for r in batch if r.trial_id in alive], "finish"))
-        judged += verdicts(batch)
-        first = False
+        run_stage(plan(sweep, book, batch, "screen") + base_runs)
+        base_runs = []
+        for _ in range(2):  # the rest of the ladder; once more after a failed LR probe
+            alive = [r for r in batch if verdict(r).verdict != "fragile"]
+            run_stage(plan(sweep, book, alive))
+        judged += [verdict(r) for r in batch]
+    run_stage(base_runs)
     _holding(judged)
+    if not any(c.holds for c in judged) and judged:
+        notes.append(_unsettled_note(sweep, book, judged))
     holding = sorted((c for c in judged if c.holds), key=Confirmation.rank_key)
-    steps = {"search": book.steps_spent(SEARCH)}
-    steps["confirmation"] = sum(r.last_step for r in book.trials.values()
-                                if r.role not in (SEARCH, BASE_ROLE))
-    steps["base"] = book.steps_spent(BASE_ROLE)
     return Selection(holding + [c for c in judged if not c.holds],
-                     base_reference(sweep, book), steps, notes)
+                     base_reference(sweep, book), steps_by_kind(book), notes,
+                     base.trial_id if base is not None else None)
+
+
+def steps_by_kind(book: TrialBook) -> dict[str, int]:
+    """Training steps spent: the search, candidates on fresh seeds, LR probes, and the base
+    config's own runs (when it was off the search space)."""
+    steps = {"search": 0, "seeds": 0, "probe": 0, "base": 0}
+    for rec in book.trials.values():
+        kind = rec.role.split(":", 1)[0]
+        kind = {"confirm": "seeds", BASE_ROLE: "base"}.get(kind, kind)
+        if kind in steps:
+            steps[kind] += rec.last_step
+    return steps
+
+
+def _unsettled_note(sweep: Sweep, book: TrialBook, judged: list[Confirmation]) -> str:
+    """Why nothing was handed over, and what settling the best unsettled ones would take."""
+    open_ = [c for c in judged if c.verdict == "incomplete"]
+    if not open_:
+        return (f"no candidate held on its fresh seeds ({len(judged)} judged); widen the "
+                "search space or lower the LR range")
+    steps = sum(len(ladder(sweep, book, book.trials[c.trial_id])) for c in open_) * \
+        sweep.spec.budget.max_steps
+    return (f"{len(open_)} candidate(s) are not settled: about {steps} more training steps "
+            "would settle them (raise budget.total_steps)")
 
 
 def _sensitivity(member: TrialRecord, probe: TrialRecord, metric: str) -> float:

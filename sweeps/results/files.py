@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from sweeps.protocol import (
+    BASE_CONFIG,
     OK,
     SELECTION,
     SELECTION_REASON,
@@ -89,6 +90,8 @@ def trials_frame(sweep: Sweep, book: TrialBook, chosen: Selection | None = None)
         conf = judged.get(rec.trial_id)
         if conf is not None:
             row.update(seed_columns(conf))
+        if chosen is not None and chosen.base_id is not None:
+            row[BASE_CONFIG] = rec.trial_id == chosen.base_id
         rows.append(row)
     frame = pd.DataFrame(rows)
     for col in ("stop_step", "steps"):
@@ -173,6 +176,10 @@ def _confirmation_text(sweep: Sweep, conf: Confirmation) -> str:
         text += f"; LR x{sweep.spec.confirm.lr_probe:g} probe: {conf.probe_status or 'not run'}"
         if conf.lr_sensitivity is not None and math.isfinite(conf.lr_sensitivity):
             text += f" (LR sensitivity {conf.lr_sensitivity:+.3g})"
+        text += f"; margin {conf.margin}"
+        if conf.margin.startswith("narrow") and conf.planned > sweep.spec.confirm.seeds:
+            text += (f": held on {conf.planned} fresh seeds instead of "
+                     f"{sweep.spec.confirm.seeds} (confirm.narrow_seeds)")
     return text
 
 
@@ -232,6 +239,7 @@ def write_front(sweep: Sweep, book: TrialBook,
                     "lr_probe": conf.probe_status or "",
                     "lr_probe_reason": conf.probe_reason or "",
                     "lr_sensitivity": _finite_or_none(conf.lr_sensitivity),
+                    "lr_margin": conf.margin if conf.probe_planned else "",
                     "confirmed": conf.confirmed, "yaml": ""})
         rows.append(row)
 

@@ -15,6 +15,7 @@ import pandas as pd
 import yaml
 
 from sweeps.protocol import (
+    BASE_CONFIG,
     FAILED,
     OBJECTIVE_PREFIX,
     OK,
@@ -24,6 +25,7 @@ from sweeps.protocol import (
     SELECTION,
     SELECTION_REASON,
     WARM_START,
+    confirm_role,
     objective_column,
     seed_column_prefix,
 )
@@ -303,6 +305,12 @@ def _base_summary(res: Results) -> dict[str, Any] | None:
         return None
     col = objective_column(res.objectives[0])
     runs = res.trials[res.trials["role"] == "base"]
+    if not len(runs) and BASE_CONFIG in res.trials:  # the base config was a search trial
+        marked = res.trials[res.trials[BASE_CONFIG].astype(str) == "True"]
+        if len(marked):
+            trial_id = str(marked.iloc[0]["trial_id"])
+            runs = res.trials[(res.trials["trial_id"] == trial_id)
+                              | (res.trials["role"] == confirm_role(trial_id))]
     if not len(runs) or col not in runs:
         return None
     by_seed = {int(r["seed"]): _plain(r[col]) if r["status"] == OK else r["status"]

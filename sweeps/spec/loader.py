@@ -138,9 +138,16 @@ class Confirm(_Strict):
     keep: int = Field(default=3, ge=1, description="confirmed configs to find: candidates "
                       "are confirmed down the ranked list until this many hold")
     max_candidates: int = Field(default=8, ge=1, description="most candidates to re-run")
-    base: bool = Field(default=True, description="also run the base config's own knob "
-                       "values on the same seeds, so the handed-over configs are compared "
-                       "with what the user had")
+    base: bool = Field(default=True, description="the base config's own knob values are "
+                       "the search's first trial and race like any config (off the space: "
+                       "re-run on the same seeds after the search), so the handed-over "
+                       "configs are compared with what the user had")
+    narrow_seeds: int = Field(
+        default=4, ge=0, description="fresh seeds a config whose LR probe failed (a narrow "
+        "margin) must hold on, instead of confirm.seeds")
+    require_margin: bool = Field(
+        default=False, description="a config whose LR probe failed is fragile (true), "
+        "instead of racing on confirm.narrow_seeds fresh seeds (false)")
 
 
 class Resources(_Strict):
@@ -264,9 +271,9 @@ class Sweep:
 
     @property
     def search_steps(self) -> int | None:
-        """Training steps the search may spend: ``budget.total_steps`` less confirmation."""
-        total = self.spec.budget.total_steps
-        return None if total is None else total - self.confirm_steps
+        """Training steps the search may spend, its races on fresh seeds included:
+        ``budget.total_steps`` (nothing is kept back; see :mod:`sweeps.results.race`)."""
+        return self.spec.budget.total_steps
 
     def trial_config(self, values: Mapping[str, Any], *, trial_id: str, seed: int,
                      max_steps: int | None = None) -> dict[str, Any]:
@@ -357,23 +364,9 @@ def load_sweep_dict(data: Any, *, base_dir: Path, workdir: Path,
     sweep = Sweep(spec=spec, base_dir=base_dir, base_config=base_config, space=space,
                   trainer_paths=paths, output_dir=(workdir / spec.output / spec.name).resolve(),
                   objectives=objectives, workdir=workdir, notes=notes)
-    _check_step_budget(sweep)
     if import_trainer:
         load_trainer(spec.trainer, paths)
     return sweep
-
-
-def _check_step_budget(sweep: Sweep) -> None:
-    """A step budget must leave the search at least one trial after confirmation."""
-    search, budget = sweep.search_steps, sweep.spec.budget
-    if search is not None and search < budget.max_steps:
-        raise SpecError("budget.total_steps", f"{budget.total_steps} steps leave "
-                        f"{max(search, 0)} for the search once confirmation's "
-                        f"{sweep.confirm_steps} are kept back (confirm.keep x (confirm.seeds "
-                        "+ LR probe) + the base config's runs, each budget.max_steps)",
-                        f"raise total_steps to at least {sweep.confirm_steps + budget.max_steps}"
-                        ", or lower confirm.keep / confirm.seeds (confirm.base: false drops "
-                        "the base config's runs)")
 
 
 #: Where relative paths in a sweep file are read: the sweep file's folder, then the folder

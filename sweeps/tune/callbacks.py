@@ -43,7 +43,7 @@ class TrialEvents(Callback):
         self.book.mark_retry(trial.trial_id)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self.book.finish(trial.trial_id, trial.last_result, error=False)
+        self.book.finish(trial.trial_id, _result(trial), error=False)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         local, name = trial.error_file, trial.run_metadata.error_filename
@@ -53,7 +53,13 @@ class TrialEvents(Callback):
             text = ""
         kept = str(Path(trial.path, name)) if trial.path and name else local
         self.book.worker_failed(trial.trial_id, text, kept)
-        self.book.finish(trial.trial_id, trial.last_result, error=True)
+        self.book.finish(trial.trial_id, _result(trial), error=True)
+
+
+def _result(trial: Any) -> dict[str, Any]:
+    """The trial's last result, with its config even when it never reported (a re-run's
+    role and seed are in the config)."""
+    return {"config": getattr(trial, "config", None) or {}, **(trial.last_result or {})}
 
 
 class WorkerLogs(Callback):

@@ -66,10 +66,11 @@ def run_search(sweep: Sweep, book: TrialBook, *, progress: bool = True,
         _trainable(sweep),
         tune_config=tune.TuneConfig(
             search_alg=searcher, scheduler=make_scheduler(sweep, book),
-            num_samples=budget.trial_cap or -1,  # -1: until budget.total_steps is spent
+            num_samples=-1,  # until the searcher says FINISHED (trial cap, step budget)
             max_concurrent_trials=budget.concurrent, reuse_actors=True),
         run_config=_run_config(sweep, "ray", book, budget.trial_cap, progress))
     tuner.fit()
+    searcher.settle_deferred()
 
 
 def run_configs(sweep: Sweep, book: TrialBook, configs: list[dict[str, Any]], name: str,

@@ -96,6 +96,10 @@ class ProgressLines(Callback):
         rec = self.book.trials.get(trial.trial_id)
         if rec is None or not rec.finished:  # closed by TrialEvents, called before this
             return
+        if self.stage is None and rec.role != SEARCH:  # a re-run of the race
+            self.console.print(f"    race {rec.role} seed {rec.seed}: " + self.line(rec, False),
+                               markup=False)
+            return
         self.done += 1
         self.counts[rec.reason or rec.status] += 1
         self._update_best(rec)
@@ -116,7 +120,7 @@ class ProgressLines(Callback):
         if self.best is None or key < self.best[0]:
             self.best = (key, f"{first.metric} {value:.4g} ({rec.trial_id})")
 
-    def line(self, rec: TrialRecord) -> str:
+    def line(self, rec: TrialRecord, counted: bool = True) -> str:
         knobs = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
                          for k, v in rec.values.items())
         what = rec.status if not rec.reason else f"{rec.status} ({rec.reason} @ {rec.stop_step})"
@@ -126,6 +130,8 @@ class ProgressLines(Callback):
             what += f": {str(rec.evidence['error'])[:160]}"
         if rec.compile_fallback:
             what += f" · RAN EAGERLY: {rec.compile_fallback[:120]}"
+        if not counted:
+            return f"{rec.trial_id} {what}"
         count = f"{self.done}/{self.total}" if self.total is not None else self.count()
         return f"[{count}] {rec.trial_id} {what}  {knobs}"
 
@@ -133,7 +139,7 @@ class ProgressLines(Callback):
         """``done/total`` trials, or trials done and steps spent of a step budget."""
         if self.total is not None:
             return f"{self.done}/{self.total} done"
-        return f"{self.done} done, {self.book.steps_spent()}/{self.step_budget} steps"
+        return f"{self.done} done, {self._all_spent()}/{self.step_budget} steps"
 
     @property
     def step_budget(self) -> int | None:
@@ -143,9 +149,8 @@ class ProgressLines(Callback):
         """Seconds elapsed, and left (NaN until it can be told).
 
         Measured in training steps: the wall time per step since the first result (so
-        Ray's start-up is not spread over what is left), times the search's steps still
-        to run and the steps confirmation keeps back (its full-length re-runs cost more
-        than the search's early-stopped trials; ``Sweep.confirm_steps``). Shown only once
+        Ray's start-up is not spread over what is left), times the steps still to run,
+        the race's full-length re-runs included (:meth:`_steps_left`). Shown only once
         as many trials finished as run at once (the first to finish are the ones a
         scheduler or rule cut short)."""
         now = time.monotonic() if now is None else now
@@ -157,7 +162,20 @@ class ProgressLines(Callback):
             return elapsed, rate * max(0, self.total - self.done)
         if math.isnan(rate):
             return elapsed, math.nan
-        return elapsed, rate * (self._search_steps_left() + self.book.sweep.confirm_steps)
+        return elapsed, rate * self._steps_left()
+
+    def _all_spent(self) -> int:
+        """Training steps every trial of the sweep ran so far, the race's re-runs included."""
+        return sum(r.last_step for r in self.book.trials.values())
+
+    def _steps_left(self) -> float:
+        """Training steps still to run: of a step budget what is left of it (the race runs
+        inside it); of a trial count the search's (:meth:`_search_steps_left`) and the
+        race's re-runs not yet run (``Sweep.confirm_steps`` less what re-runs ran)."""
+        if self.total is None and self.step_budget:
+            return max(0, self.step_budget - self._all_spent())
+        reruns = self._all_spent() - self.book.steps_spent()
+        return self._search_steps_left() + max(0, self.book.sweep.confirm_steps - reruns)
 
     def fragile_extra(self, now: float | None = None) -> float:
         """Seconds one more confirmation round would add (NaN until told; 0 in a stage):
@@ -169,7 +187,7 @@ class ProgressLines(Callback):
         steps = sweep.confirm_round_steps
         total = sweep.spec.budget.total_steps
         if total is not None:
-            planned = self.book.steps_spent() + self._search_steps_left() + sweep.confirm_steps
+            planned = self._all_spent() + self._steps_left()
             steps = max(0, min(steps, total - planned))
         return self._rate(time.monotonic() if now is None else now) * steps
 
@@ -182,7 +200,7 @@ class ProgressLines(Callback):
             return math.nan
         if self.stage is not None:
             return training / self.done
-        spent = self.book.steps_spent()
+        spent = self._all_spent()
         if self.done < max(1, self.book.sweep.spec.budget.concurrent) or not spent:
             return math.nan
         return training / spent
@@ -192,7 +210,7 @@ class ProgressLines(Callback):
         trial count, the trials not finished times the expected length of a trial (see
         :func:`expected_length`) less what the running ones already ran."""
         if self.total is None and self.step_budget:
-            return max(0, self.step_budget - self.book.steps_spent())
+            return max(0, self.step_budget - self._all_spent())
         search = [r for r in self.book.trials.values() if r.role == SEARCH]
         finished = [r.last_step for r in search if r.finished]
         running = [r.last_step for r in search if not r.finished]

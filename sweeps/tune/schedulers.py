@@ -6,8 +6,9 @@ import time
 from typing import Any
 
 from ray.tune.experiment import Trial
-from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 
+from sweeps.protocol import RUN_KEY
 from sweeps.record.book import TrialBook
 from sweeps.tune import compat
 
@@ -61,6 +62,11 @@ class WatchedFIFO(HangWatch, FIFOScheduler):
 _FAILED_AT_RUNG = -1e300
 
 
+def is_rerun(trial: Trial) -> bool:
+    """A re-run of the race (its config is one ``_run`` entry), not a search trial."""
+    return isinstance((getattr(trial, "config", None) or {}).get(RUN_KEY), dict)
+
+
 class WatchedASHA(HangWatch, ASHAScheduler):
     """ASHA with the hang watch, counting failed trials at the rung they did not reach.
 
@@ -70,9 +76,40 @@ class WatchedASHA(HangWatch, ASHAScheduler):
     unstable the space is (on the vMF direction MLP most stable trials stopped at
     the first rung). An unstable or crashed trial is recorded as the worst value at
     the next rung after its last step, as it would have been had it run on.
+
+    ASHA judges a search trial first ``grace_period`` steps after its own warmup (the
+    ``warmup`` knob) has ended, at the highest rung it has passed by then: a trial is
+    not cut while its LR is still rising. The race's re-runs on fresh seeds are never
+    judged by ASHA (they run their full length, or until a rule stops them).
     """
 
+    def __init__(self, book: TrialBook, timeout: float | None, **asha: Any) -> None:
+        super().__init__(book, timeout, **asha)
+        self._grace = int(asha.get("grace_period", 1))
+
+    def own_grace(self, trial: Trial) -> int:
+        """The step from which ASHA judges ``trial``: its warmup plus the grace period."""
+        warmup = (getattr(trial, "config", None) or {}).get("warmup")
+        extra = int(warmup) if isinstance(warmup, (int, float)) and warmup > 0 else 0
+        return self._grace + extra
+
+    def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
+        if not is_rerun(trial):
+            super().on_trial_add(tune_controller, trial)
+
+    def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict) -> str:
+        step = result.get("step")
+        if is_rerun(trial) or (isinstance(step, (int, float)) and step < self.own_grace(trial)):
+            return TrialScheduler.CONTINUE
+        return super().on_trial_result(tune_controller, trial, result)
+
+    def on_trial_remove(self, tune_controller: Any, trial: Trial) -> None:
+        if not is_rerun(trial):
+            super().on_trial_remove(tune_controller, trial)
+
     def on_trial_complete(self, tune_controller: Any, trial: Trial, result: dict) -> None:
+        if is_rerun(trial):
+            return
         rec = self._book.trials.get(trial.trial_id)
         rungs = compat.asha_rungs(self, trial.trial_id)
         if rec is not None and rec.failed and rungs is not None:

@@ -22,8 +22,18 @@ import optuna
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
-from sweeps.protocol import FINAL_KEY, INTERRUPTED, PRUNED, STABILITY_CONSTRAINT
+from sweeps.protocol import (
+    FINAL_KEY,
+    INTERRUPTED,
+    OK,
+    PRUNED,
+    ROLE_KEY,
+    RUN_KEY,
+    STABILITY_CONSTRAINT,
+)
 from sweeps.record.book import TrialBook, TrialRecord
+from sweeps.results.confirm import base_point
+from sweeps.results.race import Race, owner_of
 from sweeps.results.warm_start import searched
 from sweeps.spec.config_paths import get_path
 from sweeps.spec.loader import Sweep
@@ -83,7 +93,14 @@ def initial_points(sweep: Sweep) -> list[dict[str, Any]]:
 
 
 class StabilityAwareSearch(OptunaSearch):
-    """``OptunaSearch`` that tells Optuna each trial's real outcome (see module doc)."""
+    """``OptunaSearch`` that tells Optuna each trial's real outcome (see module doc) and
+    hands Ray Tune the race's re-runs between its own trials (:mod:`sweeps.results.race`).
+
+    A search trial that enters the race is told once its first fresh seed (or its LR
+    probe) has run: infeasible if that failed, else its mean quality over every seed it
+    ran stable. A failure found on a later seed is told as an added infeasible trial at
+    the same point (user attr ``race_of``: the number of the trial it repeats).
+    """
 
     def __init__(self, sweep: Sweep, book: TrialBook,
                  storage: optuna.storages.BaseStorage | None = None) -> None:
@@ -94,15 +111,27 @@ class StabilityAwareSearch(OptunaSearch):
         metrics = [o.metric for o in self.objectives]
         modes = [o.mode for o in self.objectives]
         multi = len(metrics) > 1
+        points = initial_points(sweep)
+        base = base_point(sweep)
+        if base is not None and base not in points:  # the base config races from the start
+            points = [base, *points]
         super().__init__(space=optuna_space(sweep.space), metric=metrics if multi else metrics[0],
                          mode=modes if multi else modes[0], sampler=make_sampler(sweep),
                          study_name=sweep.name, storage=storage,
-                         points_to_evaluate=initial_points(sweep) or None)
+                         points_to_evaluate=points or None)
+        self._race_runs: dict[str, str] = {}  # Tune trial id of a re-run -> its candidate
+        self._deferred: set[str] = set()  # raced search trials not told yet
+        self._told_fragile: set[str] = set()  # raced trials told infeasible after their tell
+        self.race = Race(sweep, book)
         book.on_finish(self.tell_outcome)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Unpickled from Ray Tune's saved state: listen to the (re-opened) book again."""
         self.__dict__.update(state)
+        self._listen()
+
+    def _listen(self) -> None:
+        self.race = Race(self.book.sweep, self.book)  # what it cached was of the old book
         self.book.on_finish(self.tell_outcome)
 
     @property
@@ -114,22 +143,55 @@ class StabilityAwareSearch(OptunaSearch):
         (the results folder may have moved since the state was saved)."""
         super().restore(checkpoint_path)
         compat.reopen_optuna_search(self, study_storage(self.book.sweep))
-        self.book.on_finish(self.tell_outcome)
+        self._listen()
+
+    # ---- what runs next: a re-run of the race, a new search trial, or nothing
+    def _finished(self, trial_id: str) -> bool:
+        rec = self.book.trials.get(trial_id)
+        return rec is not None and rec.finished
+
+    def _search_open(self, spent: int) -> bool:
+        """Whether a new search trial may start: under the trial cap, and ``spent`` (the
+        steps all trials ran so far) and settling the race's leader
+        (:meth:`Race.reserve`) leave some of the step budget."""
+        budget = self.book.sweep.spec.budget
+        if getattr(self, "lr_problem", None):  # the sweep tunes nothing: start no more
+            return False
+        if budget.trial_cap is not None and \
+                len(compat.optuna_search_trials(self)) >= budget.trial_cap:
+            return False
+        return budget.total_steps is None or spent + self.race.reserve() < budget.total_steps
 
     def suggest(self, trial_id: str) -> dict | str | None:
-        """The next config, or FINISHED once the search's share of ``budget.total_steps``
-        is spent (the rest is kept for confirmation)."""
-        total = self.book.sweep.search_steps
-        if total is not None and trial_id not in compat.optuna_search_trials(self) and \
-                self.book.steps_spent() >= total:
-            return Searcher.FINISHED
-        if getattr(self, "lr_problem", None):  # the sweep tunes nothing: start no more
-            return Searcher.FINISHED
-        return super().suggest(trial_id)
+        """The next trial: a race re-run (one at a time while the search goes on, any
+        number after it), else a new search config while :meth:`_search_open`, else None
+        while trials run, else FINISHED."""
+        if trial_id in compat.optuna_search_trials(self):  # asked again after a restore
+            return super().suggest(trial_id)
+        budget = self.book.sweep.spec.budget
+        ids = list(compat.optuna_search_trials(self)) + list(self._race_runs)
+        in_flight = [t for t in ids if not self._finished(t)]
+        spent = sum(r.last_step for r in self.book.trials.values())
+        search_open = self._search_open(spent)
+        busy = {owner for t, owner in self._race_runs.items() if t in in_flight}
+        fits = budget.total_steps is None or spent < budget.total_steps
+        if fits and not getattr(self, "lr_problem", None) and \
+                len(busy) < (1 if search_open else budget.concurrent):
+            run = self.race.next_run(busy)
+            if run is not None:
+                self._race_runs[trial_id] = owner_of(run[ROLE_KEY]) or ""
+                return {RUN_KEY: run}
+        if search_open:
+            return super().suggest(trial_id)
+        if in_flight:
+            return None
+        self.settle_deferred()
+        return Searcher.FINISHED
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         """Intermediate values (single objective only) where the metric was reported."""
         if isinstance(self.metric, list) or trial_id in compat.optuna_search_completed(self) or \
+                trial_id not in compat.optuna_search_trials(self) or \
                 result.get(FINAL_KEY):  # a summary repeating the last report
             return
         value, step = result.get(self.metric), result.get("step")
@@ -142,7 +204,12 @@ class StabilityAwareSearch(OptunaSearch):
         once ``TrialEvents`` closed the trial in the book (:meth:`tell_outcome`)."""
 
     def tell_outcome(self, rec: TrialRecord) -> None:
-        """Tell Optuna a closed search trial's real outcome (see the module doc)."""
+        """Tell Optuna a closed trial's real outcome (see the module doc); a re-run of the
+        race tells its candidate's, once that is known (see the class doc)."""
+        owner = owner_of(rec.role)
+        if owner is not None:
+            self._tell_raced(owner)
+            return
         trial_id = rec.trial_id
         completed = compat.optuna_search_completed(self)
         ot_trials = compat.optuna_search_trials(self)
@@ -150,13 +217,78 @@ class StabilityAwareSearch(OptunaSearch):
             return
         if not getattr(self, "lr_problem", None):
             self.lr_problem = lr_ignored(self.book.trials.values())
+        if rec.status == OK and self.race.wants(rec):
+            self._deferred.add(trial_id)
+            return
+        self._tell(rec)
+
+    def _tell_raced(self, owner: str) -> None:
+        rec = self.book.trials.get(owner)
+        if rec is None:
+            return
+        if owner in self._deferred:
+            if self.race.judge(rec).verdict == "fragile":
+                self._tell(rec, fragile=True)
+            elif self.race.tell_value(rec) is not None:
+                self._tell(rec, quality=self.race.tell_value(rec))
+            else:
+                return
+            self._deferred.discard(owner)
+        elif owner in compat.optuna_search_completed(self) and owner not in self._told_fragile \
+                and self.race.judge(rec).verdict == "fragile":
+            self._add_fragile(rec)
+
+    def settle_deferred(self) -> None:
+        """Tell the raced trials still waiting (the search ended before their first re-run)
+        their search values."""
+        for trial_id in sorted(self._deferred):
+            rec = self.book.trials.get(trial_id)
+            if rec is not None:
+                self._tell(rec)
+        self._deferred.clear()
+
+    def _add_fragile(self, rec: TrialRecord) -> None:
+        """A raced trial told feasible that a later re-run showed fragile: an infeasible
+        trial at the same point teaches the sampler."""
+        ot_trial = compat.optuna_search_trials(self)[rec.trial_id]
+        values = self.book.penalised_values(rec, self.objectives)
+        worst = self._fragile_values(rec, values)
+        judged = self.race.judge(rec)
+        self.study.add_trial(optuna.trial.create_trial(
+            params=ot_trial.params, distributions=ot_trial.distributions,
+            values=worst, constraints={CONSTRAINT: 1.0},
+            user_attrs={"race_of": ot_trial.number, "ray_trial_id": rec.trial_id,
+                        "status": "fragile", "reason": (judged.fragile_reason or "")[:500]}))
+        self._told_fragile.add(rec.trial_id)
+
+    def _fragile_values(self, rec: TrialRecord, values: list[float]) -> list[float]:
+        """Values of a config that failed a fresh seed: the quality of a failed trial."""
+        first = self.objectives[0]
+        out = list(values)
+        out[0] = self.book.worst_value(first, 0, None)
+        return out
+
+    def _tell(self, rec: TrialRecord, *, fragile: bool = False,
+              quality: float | None = None) -> None:
+        """Tell Optuna ``rec``'s outcome: as the search saw it, infeasible when a re-run
+        showed it ``fragile``, or with ``quality`` (its mean over seeds) as its value."""
+        trial_id = rec.trial_id
+        completed = compat.optuna_search_completed(self)
+        ot_trials = compat.optuna_search_trials(self)
         ot_trial, study = ot_trials[trial_id], self.study
         if _is_finished(study, ot_trial.number):
             completed.add(trial_id)  # told before the driver restarted
             return
         ot_trial.set_user_attr("ray_trial_id", trial_id)
-        ot_trial.set_user_attr("status", rec.status)
-        ot_trial.set_constraint(CONSTRAINT, 1.0 if rec.flagged else 0.0)
+        ot_trial.set_user_attr("status", "fragile" if fragile else rec.status)
+        ot_trial.set_constraint(CONSTRAINT, 1.0 if rec.flagged or fragile else 0.0)
+        if fragile:
+            ot_trial.set_user_attr("reason", (self.race.judge(rec).fragile_reason or "")[:500])
+            values = self._fragile_values(rec, self.book.penalised_values(rec, self.objectives))
+            study.tell(ot_trial, values if len(values) > 1 else values[0])
+            self._told_fragile.add(trial_id)
+            completed.add(trial_id)
+            return
         if rec.reason:
             ot_trial.set_user_attr("reason", rec.reason)
             ot_trial.set_user_attr("stop_step", rec.stop_step)
@@ -167,6 +299,9 @@ class StabilityAwareSearch(OptunaSearch):
             study.tell(ot_trial, state=optuna.trial.TrialState.PRUNED)
         else:
             values = self.book.penalised_values(rec, self.objectives)
+            if quality is not None:
+                ot_trial.set_user_attr("seed_mean", quality)
+                values[0] = quality
             study.tell(ot_trial, values if len(values) > 1 else values[0])
         completed.add(trial_id)
 

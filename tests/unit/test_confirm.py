@@ -10,7 +10,7 @@ import pytest
 
 from sweeps.protocol import LR_SCALE_KEY, ROLE_KEY, SEED_KEY
 from sweeps.record.book import TrialBook, TrialRecord
-from sweeps.results.confirm import _affordable, _holding, fresh_seeds, judge, plan
+from sweeps.results.confirm import _affordable, _holding, fresh_seeds, judge, ladder, plan
 from sweeps.spec.loader import Sweep
 from tests.unit.conftest import book_of, load_linreg, rec
 
@@ -34,21 +34,35 @@ def _judged(sweep: Sweep, cand: TrialRecord, *runs: TrialRecord, on_front: bool 
     return judge(sweep, book, cand, on_front)
 
 
-def test_plan_screen_finish_all(tmp_path: Path) -> None:
+def test_plan_screen_then_the_ladder(tmp_path: Path) -> None:
     sweep = _sweep(tmp_path, seeds=3)
     cand = rec("c1", values={"lr": 0.05}, seed=0)
+    book = book_of(sweep, cand)
     assert fresh_seeds(sweep) == [1, 2, 3]
-    screen = plan(sweep, [cand], "screen")
+    screen = plan(sweep, book, [cand], "screen")
     assert screen == [{"lr": 0.05, SEED_KEY: 1, ROLE_KEY: "confirm:c1", LR_SCALE_KEY: None}]
-    finish = plan(sweep, [cand], "finish")
-    assert [r[SEED_KEY] for r in finish] == [2, 3, 0]
-    assert finish[-1] == {"lr": 0.05, SEED_KEY: 0, LR_SCALE_KEY: 2.0, ROLE_KEY: "probe:c1"}
-    assert plan(sweep, [cand]) == screen + finish
+    every = plan(sweep, book, [cand])
+    assert [(r[ROLE_KEY], r[SEED_KEY]) for r in every] == [
+        ("confirm:c1", 1), ("probe:c1", 0), ("confirm:c1", 2), ("confirm:c1", 3)]
+    assert every[1] == {"lr": 0.05, SEED_KEY: 0, LR_SCALE_KEY: 2.0, ROLE_KEY: "probe:c1"}
+
+
+def test_the_ladder_skips_runs_started_and_grows_after_a_failed_probe(tmp_path: Path) -> None:
+    sweep = _sweep(tmp_path, seeds=2, narrow_seeds=4)
+    cand = rec("c", val_loss=0.1)
+    running = _rerun("c", 1, None, status="running", finished=False)
+    assert [(r[ROLE_KEY], r[SEED_KEY]) for r in ladder(sweep, book_of(sweep, cand, running),
+                                                        cand)] == [("probe:c", 0),
+                                                                   ("confirm:c", 2)]
+    assert plan(sweep, book_of(sweep, cand, running), [cand], "screen") == []
+    failed = _rerun("c", 0, None, status="unstable", kind="probe", stop_step=5)
+    book = book_of(sweep, cand, _rerun("c", 1, 0.1), failed)
+    assert [r[SEED_KEY] for r in ladder(sweep, book, cand)] == [2, 3, 4]
 
 
 def test_plan_without_probe_or_seeds(tmp_path: Path) -> None:
     sweep = _sweep(tmp_path, seeds=0, lr_probe=0)
-    assert plan(sweep, [rec("c1")]) == []
+    assert plan(sweep, book_of(sweep), [rec("c1")]) == []
 
 
 def test_confirmed_on_every_fresh_seed(tmp_path: Path) -> None:
@@ -75,13 +89,18 @@ def test_unstable_fresh_seed_is_fragile(tmp_path: Path) -> None:
                                    "by 1 of 3 confirmation runs; the rest were not run)")
 
 
-def test_unstable_probe_is_fragile(tmp_path: Path) -> None:
-    sweep = _sweep(tmp_path)
+def test_a_failed_probe_asks_for_more_seeds_not_a_veto(tmp_path: Path) -> None:
+    sweep = _sweep(tmp_path, narrow_seeds=4)
     cand = rec("c", val_loss=0.10)
     probe = _rerun("c", 0, None, status="crash", kind="probe", stop_step=3)
     conf = _judged(sweep, cand, _rerun("c", 1, 0.1), _rerun("c", 2, 0.1), probe)
-    assert conf.verdict == "fragile" and conf.lr_sensitivity == math.inf
-    assert conf.fragile_reason == "LR probe unstable: crash @ 3"
+    assert conf.verdict == "incomplete" and conf.planned == 4
+    assert conf.lr_sensitivity == math.inf and conf.margin == "narrow (crash @ 3)"
+    held = _judged(sweep, cand, *[_rerun("c", s, 0.1) for s in (1, 2, 3, 4)], probe)
+    assert held.verdict == "confirmed" and held.margin == "narrow (crash @ 3)"
+    strict = _sweep(tmp_path / "strict", require_margin=True)
+    conf = _judged(strict, cand, _rerun("c", 1, 0.1), _rerun("c", 2, 0.1), probe)
+    assert conf.verdict == "fragile" and conf.fragile_reason == "LR probe unstable: crash @ 3"
 
 
 def test_seed_gap_beyond_tolerance_is_fragile(tmp_path: Path) -> None:

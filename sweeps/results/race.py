@@ -1,0 +1,146 @@
+"""Racing inside the search: the configs at the top re-run on fresh seeds while it goes on.
+
+A fixed holdback after the search spends the same steps whatever the trainer turns out
+to be, learns nothing from its verdicts in time to search elsewhere, and can run out
+before anything held. Here, as in SMAC's intensifier, evidence is gathered while the
+search runs, from the same workers and the same ``budget.total_steps``:
+
+- **Who races.** The base config's own values (the search's first trial) from the start,
+  and the best ``confirm.keep`` of the search trials that finished ``ok`` and have not
+  failed a fresh seed, ranked by their mean quality over every seed they ran. A trial
+  that finishes among them enters the race; one pushed out of them stops gaining seeds
+  (it fell behind). At most ``confirm.max_candidates`` search trials ever start a race.
+- **What each runs**, one run at a time (:func:`sweeps.results.confirm.ladder`): the first
+  fresh seed (the screen), the LR probe, then the other fresh seeds; a failed probe asks
+  for ``confirm.narrow_seeds`` fresh seeds instead of vetoing the config. The first
+  unstable seed, or a quality gap past ``confirm.tolerance``, drops it at once.
+- **When.** While the search goes on, one race run at a time (about one re-run per new
+  config, as SMAC interleaves); once the search has stopped, every worker. A new search
+  trial starts only while the steps left cover settling the current leader (its missing
+  re-runs), unless something already holds: a run ends with its best config settled.
+
+The race is a function of the trial book alone (no state of its own), so a resumed
+driver picks it up where the journal left it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from sweeps.protocol import OK, PRUNED, SEARCH
+from sweeps.record.book import TrialBook, TrialRecord
+from sweeps.results.confirm import Confirmation, base_trial, judge, ladder, raced
+from sweeps.spec.loader import Sweep
+
+
+def owner_of(role: str) -> str | None:
+    """The candidate a race run belongs to (``confirm:<id>``, ``probe:<id>``), else None.
+
+    Example:
+        >>> owner_of("confirm:3b2c870b"), owner_of("search")
+        ('3b2c870b', None)
+    """
+    kind, _, owner = role.partition(":")
+    return owner if kind in ("confirm", "probe") and owner else None
+
+
+def seed_mean(conf: Confirmation) -> float | None:
+    """Mean quality over every seed a candidate ran stable, the search seed included."""
+    runs = [conf.search, *conf.runs]
+    values = [r.quality for r in runs if r.status == OK and r.quality is not None]
+    return statistics.fmean(values) if values else None
+
+
+class Race:
+    """Which configs race now and what each runs next, read from ``book`` (see module)."""
+
+    def __init__(self, sweep: Sweep, book: TrialBook) -> None:
+        self.sweep, self.book = sweep, book
+        self._key: tuple[int, int] | None = None
+        self._contenders: list[TrialRecord] = []
+
+    @property
+    def active(self) -> bool:
+        """Whether the sweep races at all (fresh seeds or an LR probe are planned)."""
+        conf = self.sweep.spec.confirm
+        return conf.seeds > 0 or (conf.lr_probe > 0 and "lr" in self.sweep.space)
+
+    def judge(self, rec: TrialRecord) -> Confirmation:
+        return judge(self.sweep, self.book, rec, on_front=True)
+
+    def contenders(self) -> list[TrialRecord]:
+        """The search trials in the race now, the base config's first, then best first."""
+        key = (len(self.book.trials), sum(r.finished for r in self.book.trials.values()))
+        if key != self._key:
+            self._key, self._contenders = key, self._rank()
+        return list(self._contenders)
+
+    def _rank(self) -> list[TrialRecord]:
+        if not self.active:
+            return []
+        conf, quality = self.sweep.spec.confirm, self.sweep.objectives[0]
+        sign = 1.0 if quality.mode == "min" else -1.0
+        base = base_trial(self.sweep, self.book)
+        ranked: list[tuple[float, TrialRecord]] = []
+        for rec in self.book.trials.values():
+            if rec.role != SEARCH or not rec.finished or rec.status != OK or rec is base:
+                continue
+            judged = self.judge(rec)
+            mean = seed_mean(judged)
+            if judged.verdict == "fragile" or mean is None:
+                continue
+            ranked.append((sign * mean, rec))
+        ranked.sort(key=lambda vr: vr[0])
+        started = sum(raced(self.book, r) for r in self.book.trials.values()
+                      if r.role == SEARCH and r is not base)
+        top: list[TrialRecord] = []
+        for _, rec in ranked:
+            if len(top) == conf.keep:
+                break
+            if raced(self.book, rec) or started < conf.max_candidates:
+                started += not raced(self.book, rec)
+                top.append(rec)
+        if base is not None and base.finished and base.status in (OK, PRUNED) and \
+                not base.flagged and self.judge(base).verdict != "fragile":
+            top.insert(0, base)
+        return top
+
+    def wants(self, rec: TrialRecord) -> bool:
+        """Whether a finished search trial races now (its tell to Optuna waits for a seed)."""
+        return any(r.trial_id == rec.trial_id for r in self.contenders())
+
+    def next_run(self, busy: set[str]) -> dict[str, Any] | None:
+        """The next re-run: the first missing rung of the first contender with no run in
+        flight (``busy``: the candidates with one), or None."""
+        for rec in self.contenders():
+            if rec.trial_id in busy:
+                continue
+            missing = ladder(self.sweep, self.book, rec)
+            if missing:
+                return missing[0]
+        return None
+
+    def reserve(self) -> int:
+        """Steps the search leaves for settling the leader (the contender with the best
+        mean over its seeds): its missing re-runs at full length, 0 once it is settled."""
+        contenders = self.contenders()
+        if not contenders:
+            return 0
+        sign = 1.0 if self.sweep.objectives[0].mode == "min" else -1.0
+
+        def estimate(rec: TrialRecord) -> float:
+            mean = seed_mean(self.judge(rec))
+            return sign * mean if mean is not None else float("inf")
+
+        leader = min(contenders, key=estimate)
+        return len(ladder(self.sweep, self.book, leader)) * self.sweep.spec.budget.max_steps
+
+    def tell_value(self, rec: TrialRecord) -> float | None:
+        """What the sampler is told of a raced config's quality: its mean over every seed
+        it ran stable (None while it has run no fresh seed or probe)."""
+        judged = self.judge(rec)
+        if not judged.runs and judged.probe is None:
+            return None
+        return seed_mean(judged)
+
