@@ -227,6 +227,21 @@ def test_with_a_step_budget_the_race_settles_the_best_config_inside_it(linreg_di
     base = pareto[pareto["lr"] == 0.02].iloc[0]
     assert held["val_loss_mean"] < base["val_loss_mean"], "better than the base config"
     assert "steps: search" in capsys.readouterr().out
+    # the sampler learnt of each fragile config during the search: infeasible
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    study = optuna.load_study(study_name="fragile-budget", storage=JournalStorage(
+        JournalFileBackend(str(out / "optuna.journal"))))
+    told = {t.user_attrs.get("ray_trial_id"): t for t in study.trials}
+    for trial_id in fragile_ids & set(owners):
+        assert told[trial_id].user_attrs["status"] == "fragile"
+        assert told[trial_id].constraints == {"stability": 1.0}
+    # and the race ran while the search went on: a search trial started after a re-run
+    order = list(trials["trial_id"])
+    first_rerun = min(order.index(t) for t in reruns["trial_id"])
+    assert any(order.index(t) > first_rerun for t in search["trial_id"])
 
 
 @pytest.mark.slow
