@@ -86,3 +86,24 @@ def test_predictions_growing_from_a_near_constant_start_are_slow_not_collapsed()
              "target_std": 1.0} for s in range(1, 120)]
     verdict = next(v for k in range(1, 120) if (v := check(flat[:k], RuleSettings())))
     assert verdict.step == 69 and abs(verdict.evidence["growth"]) < 0.2
+
+
+def test_a_narrow_spread_whose_loss_falls_below_the_random_guess_is_learning():
+    """The quickstart's audit: trials stopped as collapsed at step 69 ended far below the
+    random-guess loss. A loss clearly falling, already below the baseline's flat band,
+    means the outputs carry information: slow, not collapsed. A loss falling towards the
+    baseline (a collapsed model learning the mean) is still judged."""
+    settings = RuleSettings(collapse_min_step=0, baseline_loss=1.5708)
+    learning = stds([0.05] * 30)
+    for t, report in enumerate(learning):
+        report["loss"] = 1.2 - 0.02 * t  # 1.2 -> 0.62, well below pi/2
+    assert check(learning, settings) is None
+    mean_fit = stds([0.05] * 30)
+    for t, report in enumerate(mean_fit):
+        report["loss"] = 2.5 - 0.03 * t  # falls to 1.63: towards the baseline, not past it
+    assert check(mean_fit, settings).reason == "collapse"
+    flat = stds([0.05] * 30)
+    for report in flat:
+        report["loss"] = 0.9
+    verdict = check(flat, settings)
+    assert verdict.reason == "collapse" and verdict.evidence["loss_falling"] < 0.05

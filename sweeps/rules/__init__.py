@@ -98,13 +98,34 @@ def diagnose(history: History, settings: RuleSettings | None = None) -> Verdict 
         return verdict
     steps = newest_step(history) - max(step_of(history[0], 0), settings.warmup_steps)
     if steps < DIAGNOSE_MIN_STEPS:
-        return None
+        return _flat_through_warmup(history, settings)
     short = settings.model_copy(update={
         "flat_patience": min(settings.flat_patience, steps),
         "collapse_patience": min(settings.collapse_patience, len(history) // 2),
         "collapse_min_step": min(settings.collapse_min_step, settings.warmup_steps),
     })
     return evaluate(history, short)
+
+
+def _flat_through_warmup(history: History, settings: RuleSettings) -> Verdict | None:
+    """A run cut short inside (or just past) a warmup that covered most of it, whose loss
+    sat at the baseline from its first report: ``flat_at_baseline`` with the warmup counted
+    in (evidence ``through_warmup``). The LR rose and nothing moved: still a diagnosis.
+
+    Example:
+        >>> flat = [{"step": s, "loss": 1.5708} for s in range(1, 51)]
+        >>> settings = RuleSettings(baseline_loss=1.5708, warmup_steps=44)
+        >>> diagnose(flat, settings).evidence["through_warmup"]
+        True
+    """
+    span = newest_step(history) - step_of(history[0], 0)
+    if settings.warmup_steps <= 0 or span < DIAGNOSE_MIN_STEPS:
+        return None
+    whole = settings.model_copy(update={"warmup_steps": 0, "flat_patience": span})
+    verdict = flat_at_baseline.check(history, whole)
+    if verdict is None:
+        return None
+    return Verdict(verdict.reason, verdict.step, {**verdict.evidence, "through_warmup": True})
 
 
 def warnings(history: History, settings: RuleSettings | None = None) -> list[dict[str, Any]]:

@@ -18,6 +18,12 @@ from sweeps.rules.verdict import Verdict
 #: error, exceeds this share of its mean is growing (a model that starts near-constant,
 #: e.g. from zero weights, and is learning), not collapsed.
 GROWTH = 0.05
+#: A loss whose fitted drop over the collapsed stretch, less one standard error, exceeds
+#: this share of its mean is still falling. With ``baseline_loss`` set and the loss
+#: already clearly below it, the outputs carry information and the model is learning
+#: (slowly, through a narrow spread of outputs), not collapsed. (A loss falling towards
+#: the baseline is a collapsed model learning the mean, and is judged.)
+LOSS_FALLING = 0.05
 
 
 def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdict | None:
@@ -26,9 +32,12 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
     >= ``collapse_min_step``), and the ratio is not clearly growing over the whole
     collapsed stretch (every consecutive such report back from the newest): its fitted
     rise (``_history.trend``) less one standard error is at most ``GROWTH`` of its
-    mean. A model that starts near-constant (e.g. from zero weights) and is learning
-    is slow, not collapsed. The newest report must carry the keys; reports with a
-    non-finite std or ``target_std <= 0`` are skipped.
+    mean, and the training loss is not clearly falling below ``baseline_loss`` over
+    that stretch (its fitted drop less one standard error more than ``LOSS_FALLING`` of
+    its mean, the newest loss below the flat band around the baseline). A model that
+    starts near-constant (e.g. from zero weights) and is learning is slow, not
+    collapsed. The newest report must carry the keys; reports with a non-finite std or
+    ``target_std <= 0`` are skipped.
 
     Example:
         >>> history = [{"step": s, "pred_std": 0.01, "target_std": 1.0} for s in range(80)]
@@ -57,6 +66,9 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
     drop, noise = trend(ratios)
     if -drop - noise > GROWTH * mean:
         return None  # the spread is still growing out of a small start: slow, not collapsed
+    falling = _loss_falling(history[since:])
+    if falling is not None and falling > LOSS_FALLING and _below_baseline(history, settings):
+        return None  # the loss falls, below the random guess: learning slowly
     report = history[-1]
     evidence = {
         "pred_std": num(report, "pred_std"),
@@ -66,8 +78,29 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
         "reports": len(ratios),
         "since_step": step_of(history[since], since),
         "growth": -drop / mean if mean else 0.0,
+        "loss_falling": falling,
     }
     return Verdict("collapse", newest_step(history), evidence)
+
+
+def _below_baseline(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> bool:
+    """Whether the newest training loss is below ``baseline_loss`` by more than the flat
+    band (``flat_tolerance`` x baseline); False without a baseline."""
+    baseline, loss = settings.baseline_loss, finite_num(history[-1], "loss")
+    if baseline is None or loss is None:
+        return False
+    return loss < baseline - settings.flat_tolerance * abs(baseline)
+
+
+def _loss_falling(stretch: Sequence[Mapping[str, Any]]) -> float | None:
+    """How surely the training loss falls over ``stretch``: its fitted drop less one
+    standard error, as a share of its mean magnitude (None with fewer than 5 losses)."""
+    losses = [v for r in stretch for v in [finite_num(r, "loss")] if v is not None]
+    scale = sum(abs(v) for v in losses) / len(losses) if losses else 0.0
+    if len(losses) < 5 or scale == 0:
+        return None
+    drop, noise = trend(losses)
+    return (drop - noise) / scale
 
 
 def _ratio(report: Mapping[str, Any]) -> float | None:
