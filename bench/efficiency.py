@@ -11,6 +11,9 @@ Every method gets the same budget of training steps (``--budget``, default ``--t
   same space + the same ASHA, no stopper;
 - ``optuna tpe+median``: ``optuna.create_study`` (default TPE) + ``MedianPruner``, reporting
   the metric at every evaluation, in-process, one trial at a time;
+- ``tune+optuna+repeater3``: ``OptunaSearch`` inside Ray Tune's ``Repeater(repeat=3)``, every
+  config on 3 seeds (its ``nanmean`` told to Optuna), no scheduler (as Repeater's docs
+  advise); it hands over the config with the best mean over its repeats;
 - ``sweeps search_on=quality`` (opt-in): sweeps with TPE on the first objective alone.
 
 The trainer, space, rules and objective come from a built-in case (``--trainer``) or from
@@ -35,9 +38,11 @@ process, the sweep's rules judging every run. A baseline hands over its best sta
 gets that file as it is, plus the ``sweep`` key), or nothing. A re-run is *bad* when it went
 unstable or ended more than ``confirm.tolerance`` (relative, 0.2 when the spec has none)
 worse than the config's own search value; a run that handed nothing over counts as N bad
-re-runs. ``--trainer fragile`` (``bench/fragile.py``) is the planted case for it: above an
-LR edge a config is the best one on the search seed and ~2-3x worse on most other seeds,
-smoothly, with no rule able to fire; its runs search on seeds where that region is lucky.
+re-runs. The fresh-seed table also has the base config's own values re-trained on the same
+fresh seeds (``base config (no search)``): what the user had. ``--trainer fragile``
+(``bench/fragile.py``) is the planted case for it: above an LR edge a config is the best
+one on the search seed and ~2-3x worse on most other seeds, smoothly, with no rule able to
+fire; its runs search on seeds where that region is lucky.
 
     python bench/efficiency.py --quick
     python bench/efficiency.py --trainer regression --trials 24 --steps 300 --seeds 5
@@ -79,7 +84,9 @@ from common import (  # noqa: E402
 from sweeps.record.book import last_step  # noqa: E402
 
 BENCH = str(Path(__file__).resolve().parent)
-METHODS = ("sweeps", "tune+optuna+asha", "tune random+asha", "optuna tpe+median")
+#: Ray Tune's Repeater(3) around OptunaSearch: every config on 3 seeds, their mean told.
+REPEATER = "tune+optuna+repeater3"
+METHODS = ("sweeps", "tune+optuna+asha", "tune random+asha", "optuna tpe+median", REPEATER)
 THRESHOLDS = (0.02, 0.05, 0.10)
 #: Fresh-seed re-runs use trial seeds FRESH_SEED + k: no search or confirmation run uses them.
 FRESH_SEED = 50_000
@@ -263,8 +270,9 @@ def _tune_trainable(sweep, metric: str):
         torch.set_num_threads(1)
         train = load_trainer(sweep.spec.trainer, sweep.trainer_paths)
         values = {k: v for k, v in config.items() if k in sweep.space}
+        repeat = int(config.get("__trial_index__", 0))  # Repeater's repeat: its own seed
         cfg = sweep.trial_config(values, trial_id=t.get_context().get_trial_id(),
-                                 seed=sweep.spec.seed)
+                                 seed=sweep.spec.seed + repeat)
         train(cfg, tune_report_adapter(metric))
 
     return trainable
@@ -287,8 +295,12 @@ def _budget_stopper(collector, budget: int):
     return StepBudget()
 
 
-def run_tune(sweep, random: bool) -> list[dict]:
+def run_tune(sweep, random: bool, repeat: int = 0) -> list[dict]:
+    """Plain Ray Tune: OptunaSearch (or random search) with ASHA; with ``repeat``, every
+    config on that many seeds by Ray Tune's ``Repeater`` (its mean, ``nanmean``, told to
+    Optuna) and no scheduler, as Repeater's docs advise."""
     from ray import tune
+    from ray.tune.search import Repeater
     from ray.tune.search.basic_variant import BasicVariantGenerator
     from ray.tune.search.optuna import OptunaSearch
 
@@ -301,6 +313,8 @@ def run_tune(sweep, random: bool) -> list[dict]:
         search = OptunaSearch(space=optuna_space(sweep.space), metric=first.metric,
                               mode=first.mode, seed=seed)
         space = None
+    if repeat:
+        search = Repeater(search, repeat=repeat, set_index=True)
     collector = Collector()
     # more trials than the budget can hold (each runs at least ASHA's grace period unless
     # it crashes): Tune then stops on the step budget, not on the count
@@ -308,10 +322,12 @@ def run_tune(sweep, random: bool) -> list[dict]:
     tuner = tune.Tuner(
         tune.with_resources(_tune_trainable(sweep, first.metric), {"cpu": 1}),
         param_space=space,
-        tune_config=tune.TuneConfig(search_alg=search, scheduler=plain_asha(sweep),
+        tune_config=tune.TuneConfig(search_alg=search,
+                                    scheduler=None if repeat else plain_asha(sweep),
                                     num_samples=most,
                                     max_concurrent_trials=budget.concurrent),
-        run_config=tune.RunConfig(name=f"{sweep.name}-{'random' if random else 'optuna'}",
+        run_config=tune.RunConfig(name=f"{sweep.name}-{'random' if random else 'optuna'}"
+                                  f"{f'-repeat{repeat}' if repeat else ''}",
                                   storage_path=str(SCRATCH / "efficiency"), verbose=0,
                                   stop=_budget_stopper(collector, budget.total_steps),
                                   callbacks=[collector]))
@@ -550,6 +566,24 @@ def handover_best_trial(judged: list[dict], mode: str) -> dict | None:
             "search_value": pick["final"]}
 
 
+def handover_best_mean(judged: list[dict], mode: str) -> dict | None:
+    """What a user of Ray Tune's Repeater takes: the config with the best mean final value
+    over its repeats, a repeat that went unstable left out of the mean (``nanmean``)."""
+    groups: dict[tuple, list[dict]] = {}
+    for t in judged:
+        groups.setdefault(tuple(sorted(t["values"].items())), []).append(t)
+    means = []
+    for trials in groups.values():
+        finals = [t["final"] for t in trials if t["stable"] and math.isfinite(t["final"])]
+        if finals:
+            means.append((statistics.fmean(finals), trials[0]))
+    if not means:
+        return None
+    value, pick = (min if mode == "min" else max)(means, key=lambda vt: vt[0])
+    return {"from": "best mean over repeats", "values": dict(pick["values"]),
+            "search_value": value}
+
+
 def handover_sweeps(outcome) -> dict | None:
     """What ``sweeps best`` prints: the first YAML the sweep wrote (None: nothing written),
     loaded as a user loads it. Its search value is the final value of the search trial
@@ -637,6 +671,21 @@ def fresh_runs(sweep, handover: dict, seeds: int, steps: int) -> dict[str, Any]:
             "bad": sum(r["bad"] for r in runs)}
 
 
+#: The row of the user's own base config in the fresh-seed table.
+BASE = "base config (no search)"
+
+
+def base_fresh(sweep, seeds: int, steps: int) -> dict[str, Any]:
+    """The base config's own knob values re-trained on the fresh seeds: what the user had,
+    which a hand-over should not be worse than."""
+    from sweeps.trial.tryout import try_values
+
+    handover = {"from": "base config", "values": try_values(sweep, {}),
+                "search_value": float("nan")}
+    return {"handover": handover, "result": fresh_runs(sweep, handover, seeds, steps),
+            "steps": 0, "confirm_steps": 0}
+
+
 def _whole(x: float) -> int | float:
     return int(round(x)) if math.isfinite(x) else x
 
@@ -679,7 +728,7 @@ def summarise_fresh(label: str, fresh: dict[str, list[dict]], seeds: int,
             "÷ sweeps (fresh mean)": ratio(s["mean"], ref["mean"] if ref else None),
             "÷ sweeps (fresh worst)": ratio(s["worst"], ref["worst"] if ref else None),
             "steps run (median)": _whole(s["steps"]),
-            "of which confirmation": _whole(s["confirm"]),
+            "of which re-runs (seeds, probe, base)": _whole(s["confirm"]),
         })
     return rows
 
@@ -705,12 +754,14 @@ def run_method(method: str, sweep) -> tuple[list[dict], Any]:
         return run_tune(sweep, random=True), None
     if method == "optuna tpe+median":
         return run_optuna(sweep), None
+    if method == REPEATER:
+        return run_tune(sweep, random=False, repeat=3), None
     raise SystemExit(f"--methods: unknown method {method!r}; known: {', '.join(METHODS)}, "
                      "sweeps search_on=quality")
 
 
 def _fresh_outcome(sweep, judged: list[dict], outcome, seeds: int, steps: int,
-                   mode: str) -> dict[str, Any]:
+                   mode: str, method: str = "") -> dict[str, Any]:
     """One method run's hand-over and its fresh-seed re-runs (``result`` None: nothing)."""
     if outcome is not None:  # sweeps: the YAML it wrote first, or nothing
         handover = handover_sweeps(outcome)
@@ -718,7 +769,8 @@ def _fresh_outcome(sweep, judged: list[dict], outcome, seeds: int, steps: int,
         search_steps = sum(last_step(list(r.history)) for r in book if r.role == "search")
         confirm_steps = sum(last_step(list(r.history)) for r in book if r.role != "search")
     else:
-        handover = handover_best_trial(judged, mode)
+        pick = handover_best_mean if method == REPEATER else handover_best_trial
+        handover = pick(judged, mode)
         search_steps, confirm_steps = sum(t["steps"] for t in judged), 0
     result = fresh_runs(sweep, handover, seeds, steps) if handover is not None else None
     return {"handover": handover, "result": result, "steps": search_steps + confirm_steps,
@@ -805,12 +857,6 @@ def main() -> None:
         for seed in seeds:
             sweep = for_run(base, steps=steps, budget=budget, seed=seed,
                             concurrent=args.concurrent, confirm=confirm)
-            search_steps = getattr(sweep, "search_steps", None)  # budget less confirmation
-            if confirm is not None and search_steps is not None and search_steps < steps:
-                raise SystemExit(
-                    f"--budget {budget}: confirmation keeps back "
-                    f"{getattr(sweep, 'confirm_steps', '?')} steps, leaving {search_steps} "
-                    f"for sweeps' search (less than one trial of {steps}); raise --budget")
             for method in methods:
                 start = time.perf_counter()
                 got, outcome = run_method(method, sweep)
@@ -821,8 +867,11 @@ def main() -> None:
                       f"{walls[method][-1]:.0f} s", flush=True)
                 if args.fresh_seeds > 0:
                     fresh[method].append(_fresh_outcome(sweep, runs[method][-1], outcome,
-                                                        args.fresh_seeds, steps, mode))
+                                                        args.fresh_seeds, steps, mode,
+                                                        method))
                     _print_fresh(f"[{label} seed {seed}] {method}", fresh[method][-1])
+        if args.fresh_seeds > 0:  # the user's own base config on the same fresh seeds
+            fresh[BASE] = [base_fresh(sweep, args.fresh_seeds, steps)] * len(seeds)
         rows, stats = summarise(label, runs, budget, mode)
         for r in rows:
             r["wall s (median)"] = median(walls[r["method"]])
