@@ -4,12 +4,12 @@ A config is handed over only if it holds on seeds it was not picked on. Each
 candidate (a search trial) is re-run on ``confirm.seeds`` new seeds and once at
 ``lr × confirm.lr_probe`` on its own seed. Its verdict:
 
-- ``fragile``: a re-run ended unstable or crashed, the LR probe did, or its
-  quality on its worst seed is more than ``confirm.tolerance`` worse than on its
-  best seed: ``(worst - best) / (baseline - best)``, the share of the best seed's
-  improvement over the random-guess loss that the worst seed gives up, when
-  the quality objective has a ``baseline`` (default ``rules.baseline_loss``);
-  ``(worst - best) / |best|`` otherwise;
+- ``fragile``: a re-run ended unstable or crashed (or the LR probe did, with
+  ``confirm.require_margin``), or its quality on its worst seed is more than
+  ``confirm.tolerance`` worse than on its best seed: ``(worst - best) / (baseline -
+  best)``, the share of the best seed's improvement over the random-guess loss that the
+  worst seed gives up, when the quality objective has a ``baseline`` (default
+  ``rules.baseline_loss``); ``(worst - best) / |best|`` otherwise;
 - ``incomplete``: fewer re-runs were recorded than planned (e.g. 0 of 2);
 - ``poor``: holds on every seed, but it is off the front (tried because better
   configs proved fragile) and its fresh-seed mean is more than ``confirm.tolerance``
@@ -17,19 +17,19 @@ candidate (a search trial) is re-run on ``confirm.seeds`` new seeds and once at
 - ``confirmed``: every planned re-run recorded, stable, and within the tolerance;
 - ``unconfirmed``: no confirmation seeds were planned (``confirm.seeds: 0``).
 
+A failed LR probe is a narrow margin, not a verdict: such a candidate must hold on
+``confirm.narrow_seeds`` fresh seeds instead of ``confirm.seeds`` (:func:`ladder`).
+
 Confirmed configs are ranked by their mean quality over the *fresh* seeds (the
 search seed is where the config was picked for being good, so its value is
 optimistic), the worst seed breaking ties: the order is what the user will get.
 A candidate whose search trial the scheduler pruned is judged on its fresh seeds
 alone (its search run was cut short, so its value is not comparable).
-Candidates are confirmed in rounds down the ranked list until ``confirm.keep``
-hold or ``confirm.max_candidates`` were tried. Each round is raced in two stages:
-every candidate first runs on one fresh seed (the screen); one that is already
-unstable there, or already further than the tolerance from its search seed, is
-``fragile`` at once and runs nothing more; the rest run their other fresh seeds and
-the LR probe. A fragile candidate so costs one re-run instead of all of them, and
-what it would have cost goes to the next candidates. The base config's own knob
-values run on the same seeds (``confirm.base``) as a reference.
+Most re-runs happen during the search (:mod:`sweeps.results.race`); :func:`select`
+judges what they showed and settles more candidates after it, in raced rounds within
+what is left of the budget, until ``confirm.keep`` hold. The base config's own knob
+values are a search trial that races like any other; when they lie off the search
+space they run on the same seeds after the search instead (``confirm.base``).
 """
 
 from __future__ import annotations
@@ -320,14 +320,73 @@ def probes(sweep: Sweep, values: dict[str, Any]) -> bool:
     return sweep.spec.confirm.lr_probe > 0 and "lr" in values
 
 
-def planned_seeds(sweep: Sweep, probe: TrialRecord | None) -> int:
-    """Fresh seeds a candidate must hold on: ``confirm.seeds``, or ``confirm.narrow_seeds``
-    once its LR probe failed (a narrow margin asks for more evidence, not a veto)."""
+#: Seeds agree when the first fresh seed's quality is within this share of
+#: ``confirm.tolerance`` of the search seed's (both ways).
+AGREE = 0.25
+
+
+def planned_seeds(sweep: Sweep, book: TrialBook, rec: TrialRecord) -> int:
+    """Fresh seeds ``rec`` must hold on: how much evidence it needs.
+
+    - ``confirm.narrow_seeds`` once its LR probe failed (a narrow margin asks for more
+      evidence, not a veto; with ``confirm.require_margin`` the probe is a veto instead);
+    - 1 when the evidence so far says seeds agree: its probe held, its first fresh seed
+      is within ``AGREE`` × ``confirm.tolerance`` of its own search seed, and no re-run of
+      the race has failed or proved fragile (:func:`fragile_seen`): on a trainer whose
+      seeds agree, most of the budget goes to the search;
+    - ``confirm.seeds`` else.
+    """
     conf = sweep.spec.confirm
-    narrow = probe is not None and probe.finished and probe.status != OK
-    if narrow and not conf.require_margin and conf.seeds:
-        return max(conf.seeds, conf.narrow_seeds)
-    return conf.seeds
+    if conf.seeds == 0:
+        return 0
+    probe, screen = None, None
+    first = sweep.spec.seed + 1
+    for run in book.trials.values():
+        if run.role == probe_role(rec.trial_id) and run.finished:
+            probe = run
+        elif run.role == confirm_role(rec.trial_id) and run.finished and run.seed == first:
+            screen = run
+    if probe is not None and probe.status != OK:
+        return conf.seeds if conf.require_margin else max(conf.seeds, conf.narrow_seeds)
+    if conf.seeds == 1 or (probe is None and probes(sweep, rec.values)):
+        return conf.seeds
+    if screen is None or screen.status != OK or rec.status != OK:
+        return conf.seeds
+    if _gap(sweep, rec, screen, both_ways=True) > AGREE * conf.tolerance:
+        return conf.seeds
+    return conf.seeds if fragile_seen(sweep, book) else 1
+
+
+def _gap(sweep: Sweep, rec: TrialRecord, run: TrialRecord, both_ways: bool = False) -> float:
+    """How much worse ``run``'s quality is than its config's search trial ``rec``'s (with
+    ``both_ways``, the larger of the two directions); inf when either is missing."""
+    quality = sweep.objectives[0]
+    a = objectives.metric_value(rec.history, quality.metric)
+    b = objectives.metric_value(run.history, quality.metric)
+    if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
+        return math.inf
+    base = sweep.quality_baseline
+    gaps = [objectives.quality_gap(b, a, quality.mode, base)]
+    if both_ways:
+        gaps.append(objectives.quality_gap(a, b, quality.mode, base))
+    return max(gaps)
+
+
+def fragile_seen(sweep: Sweep, book: TrialBook) -> bool:
+    """Whether a re-run on a fresh seed has failed near the top: ended unstable or
+    crashed, or ended more than ``confirm.tolerance`` worse than its config's search seed
+    (a config that finished ``ok`` in the search)."""
+    for run in book.trials.values():
+        kind, _, owner = run.role.partition(":")
+        if kind != "confirm" or not run.finished:
+            continue
+        if run.status != OK:
+            return True
+        rec = book.trials.get(owner)
+        if rec is not None and rec.status == OK and \
+                _gap(sweep, rec, run) > sweep.spec.confirm.tolerance:
+            return True
+    return False
 
 
 def ladder(sweep: Sweep, book: TrialBook, rec: TrialRecord) -> list[dict[str, Any]]:
@@ -340,7 +399,7 @@ def ladder(sweep: Sweep, book: TrialBook, rec: TrialRecord) -> list[dict[str, An
             started_seeds.add(run.seed)
         elif run.role == probe_role(rec.trial_id):
             probe = run
-    seeds = fresh_seeds(sweep, planned_seeds(sweep, probe))
+    seeds = fresh_seeds(sweep, planned_seeds(sweep, book, rec))
     order: list[dict[str, Any]] = [
         {**rec.values, SEED_KEY: s, ROLE_KEY: confirm_role(rec.trial_id), LR_SCALE_KEY: None}
         for s in seeds if s not in started_seeds]
@@ -423,7 +482,7 @@ def judge(sweep: Sweep, book: TrialBook, rec: TrialRecord, on_front: bool) -> Co
         elif run.role == probe_role(rec.trial_id) and run.finished:
             conf.probe = SeedRun.of(run, quality.metric)
             conf.lr_sensitivity = _sensitivity(rec, run, quality.metric)
-            conf.planned = planned_seeds(sweep, run)
+    conf.planned = planned_seeds(sweep, book, rec)
     conf.runs.sort(key=lambda r: r.seed)
     return conf
 
