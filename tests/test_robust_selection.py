@@ -149,6 +149,9 @@ def test_a_fragile_best_is_never_handed_over(fragile_run, capsys):
     header = [line for line in open(best) if line.startswith("#")]
     assert any("val_loss by seed: 0 (search):" in line for line in header)
     assert any("confirmation: stable on 2/2 extra seeds" in line for line in header)
+    assert any("; margin wide" in line or "; margin narrow" in line for line in header)
+    assert set(held["lr_margin"]) <= {"wide"} | {m for m in held["lr_margin"]
+                                                 if str(m).startswith("narrow (")}
     assert not any("WARNING" in line for line in header), "better than the base config"
 
     # what `sweeps best` handed over holds on seeds it has never seen

@@ -320,73 +320,19 @@ def probes(sweep: Sweep, values: dict[str, Any]) -> bool:
     return sweep.spec.confirm.lr_probe > 0 and "lr" in values
 
 
-#: Seeds agree when the first fresh seed's quality is within this share of
-#: ``confirm.tolerance`` of the search seed's (both ways).
-AGREE = 0.25
-
-
 def planned_seeds(sweep: Sweep, book: TrialBook, rec: TrialRecord) -> int:
-    """Fresh seeds ``rec`` must hold on: how much evidence it needs.
-
-    - ``confirm.narrow_seeds`` once its LR probe failed (a narrow margin asks for more
-      evidence, not a veto; with ``confirm.require_margin`` the probe is a veto instead);
-    - 1 when the evidence so far says seeds agree: its probe held, its first fresh seed
-      is within ``AGREE`` × ``confirm.tolerance`` of its own search seed, and no re-run of
-      the race has failed or proved fragile (:func:`fragile_seen`): on a trainer whose
-      seeds agree, most of the budget goes to the search;
-    - ``confirm.seeds`` else.
-    """
+    """Fresh seeds ``rec`` must hold on: ``confirm.seeds``, or ``confirm.narrow_seeds``
+    once its LR probe failed (a narrow margin asks for more evidence, not a veto; with
+    ``confirm.require_margin`` the probe is a veto instead). Never fewer than
+    ``confirm.seeds``: a config unstable on one seed in three passes one fresh seed and
+    the probe almost half the time."""
     conf = sweep.spec.confirm
-    if conf.seeds == 0:
-        return 0
-    probe, screen = None, None
-    first = sweep.spec.seed + 1
+    if conf.seeds == 0 or conf.require_margin:
+        return conf.seeds
     for run in book.trials.values():
-        if run.role == probe_role(rec.trial_id) and run.finished:
-            probe = run
-        elif run.role == confirm_role(rec.trial_id) and run.finished and run.seed == first:
-            screen = run
-    if probe is not None and probe.status != OK:
-        return conf.seeds if conf.require_margin else max(conf.seeds, conf.narrow_seeds)
-    if conf.seeds == 1 or (probe is None and probes(sweep, rec.values)):
-        return conf.seeds
-    if screen is None or screen.status != OK or rec.status != OK:
-        return conf.seeds
-    if _gap(sweep, rec, screen, both_ways=True) > AGREE * conf.tolerance:
-        return conf.seeds
-    return conf.seeds if fragile_seen(sweep, book) else 1
-
-
-def _gap(sweep: Sweep, rec: TrialRecord, run: TrialRecord, both_ways: bool = False) -> float:
-    """How much worse ``run``'s quality is than its config's search trial ``rec``'s (with
-    ``both_ways``, the larger of the two directions); inf when either is missing."""
-    quality = sweep.objectives[0]
-    a = objectives.metric_value(rec.history, quality.metric)
-    b = objectives.metric_value(run.history, quality.metric)
-    if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
-        return math.inf
-    base = sweep.quality_baseline
-    gaps = [objectives.quality_gap(b, a, quality.mode, base)]
-    if both_ways:
-        gaps.append(objectives.quality_gap(a, b, quality.mode, base))
-    return max(gaps)
-
-
-def fragile_seen(sweep: Sweep, book: TrialBook) -> bool:
-    """Whether a re-run on a fresh seed has failed near the top: ended unstable or
-    crashed, or ended more than ``confirm.tolerance`` worse than its config's search seed
-    (a config that finished ``ok`` in the search)."""
-    for run in book.trials.values():
-        kind, _, owner = run.role.partition(":")
-        if kind != "confirm" or not run.finished:
-            continue
-        if run.status != OK:
-            return True
-        rec = book.trials.get(owner)
-        if rec is not None and rec.status == OK and \
-                _gap(sweep, rec, run) > sweep.spec.confirm.tolerance:
-            return True
-    return False
+        if run.role == probe_role(rec.trial_id) and run.finished and run.status != OK:
+            return max(conf.seeds, conf.narrow_seeds)
+    return conf.seeds
 
 
 def ladder(sweep: Sweep, book: TrialBook, rec: TrialRecord) -> list[dict[str, Any]]:

@@ -15,9 +15,11 @@ search runs, from the same workers and the same ``budget.total_steps``:
   for ``confirm.narrow_seeds`` fresh seeds instead of vetoing the config. The first
   unstable seed, or a quality gap past ``confirm.tolerance``, drops it at once.
 - **When.** While the search goes on, one race run at a time (about one re-run per new
-  config, as SMAC interleaves); once the search has stopped, every worker. A new search
-  trial starts only while the steps left cover settling the current leader (its missing
-  re-runs), unless something already holds: a run ends with its best config settled.
+  config, as SMAC interleaves), and only the leader (the best mean over its seeds)
+  climbs past the screen: the others wait for the search to stop, when the race gets
+  every worker (and :func:`sweeps.results.confirm.select` settles what is left, within
+  the budget). A new search trial starts only while the steps left cover settling the
+  current leader (its missing re-runs): a run ends with its best config settled.
 
 The race is a function of the trial book alone (no state of its own), so a resumed
 driver picks it up where the journal left it.
@@ -28,7 +30,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from sweeps.protocol import OK, PRUNED, SEARCH
+from sweeps.protocol import OK, PRUNED, ROLE_KEY, SEARCH, SEED_KEY
 from sweeps.record.book import TrialBook, TrialRecord
 from sweeps.results.confirm import Confirmation, base_trial, judge, ladder, raced
 from sweeps.spec.loader import Sweep
@@ -110,30 +112,40 @@ class Race:
         """Whether a finished search trial races now (its tell to Optuna waits for a seed)."""
         return any(r.trial_id == rec.trial_id for r in self.contenders())
 
-    def next_run(self, busy: set[str]) -> dict[str, Any] | None:
-        """The next re-run: the first missing rung of the first contender with no run in
-        flight (``busy``: the candidates with one), or None."""
-        for rec in self.contenders():
-            if rec.trial_id in busy:
-                continue
-            missing = ladder(self.sweep, self.book, rec)
-            if missing:
-                return missing[0]
-        return None
-
-    def reserve(self) -> int:
-        """Steps the search leaves for settling the leader (the contender with the best
-        mean over its seeds): its missing re-runs at full length, 0 once it is settled."""
-        contenders = self.contenders()
-        if not contenders:
-            return 0
+    def leader(self) -> TrialRecord | None:
+        """The contender with the best mean quality over the seeds it ran."""
         sign = 1.0 if self.sweep.objectives[0].mode == "min" else -1.0
 
         def estimate(rec: TrialRecord) -> float:
             mean = seed_mean(self.judge(rec))
             return sign * mean if mean is not None else float("inf")
 
-        leader = min(contenders, key=estimate)
+        contenders = self.contenders()
+        return min(contenders, key=estimate) if contenders else None
+
+    def next_run(self, busy: set[str], searching: bool = False) -> dict[str, Any] | None:
+        """The next re-run: the first missing rung of the first contender with no run in
+        flight (``busy``: the candidates with one), or None. While ``searching``, only the
+        leader climbs past its first fresh seed: the screen catches a fragile config at
+        once, the rest of the evidence is spent on the config that will be handed over."""
+        leader = self.leader() if searching else None
+        for rec in self.contenders():
+            if rec.trial_id in busy:
+                continue
+            missing = ladder(self.sweep, self.book, rec)
+            if not missing:
+                continue
+            if searching and rec is not leader and not _is_screen(self.sweep, missing[0]):
+                continue
+            return missing[0]
+        return None
+
+    def reserve(self) -> int:
+        """Steps the search leaves for settling the leader (the contender with the best
+        mean over its seeds): its missing re-runs at full length, 0 once it is settled."""
+        leader = self.leader()
+        if leader is None:
+            return 0
         return len(ladder(self.sweep, self.book, leader)) * self.sweep.spec.budget.max_steps
 
     def tell_value(self, rec: TrialRecord) -> float | None:
@@ -144,3 +156,7 @@ class Race:
             return None
         return seed_mean(judged)
 
+
+def _is_screen(sweep: Sweep, run: dict[str, Any]) -> bool:
+    """Whether a re-run is a candidate's first fresh seed."""
+    return run[ROLE_KEY].startswith("confirm:") and run[SEED_KEY] == sweep.spec.seed + 1

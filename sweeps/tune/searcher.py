@@ -177,7 +177,7 @@ class StabilityAwareSearch(OptunaSearch):
         fits = budget.total_steps is None or spent < budget.total_steps
         if fits and not getattr(self, "lr_problem", None) and \
                 len(busy) < (1 if search_open else budget.concurrent):
-            run = self.race.next_run(busy)
+            run = self.race.next_run(busy, searching=search_open)
             if run is not None:
                 self._race_runs[trial_id] = owner_of(run[ROLE_KEY]) or ""
                 return {RUN_KEY: run}

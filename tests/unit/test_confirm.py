@@ -60,22 +60,13 @@ def test_the_ladder_skips_runs_started_and_grows_after_a_failed_probe(tmp_path: 
     assert [r[SEED_KEY] for r in ladder(sweep, book, cand)] == [2, 3, 4]
 
 
-def test_seeds_that_agree_need_one_fresh_seed_until_a_rerun_fails(tmp_path: Path) -> None:
-    """Evidence grows only where it is needed: a config whose first fresh seed agrees with
-    its search seed (within a quarter of the tolerance) and whose probe held is settled
-    on that one seed; a disagreeing seed, or a fragile re-run anywhere, asks for all."""
+def test_seeds_that_agree_still_need_every_planned_seed(tmp_path: Path) -> None:
+    """confirm.seeds is a floor: a config unstable on one seed in three passes one fresh
+    seed and the probe almost half the time, so agreeing seeds settle nothing early."""
     sweep = _sweep(tmp_path, seeds=3)
     cand = rec("c", val_loss=0.10)
-    probe = _rerun("c", 0, 0.1, kind="probe")
-    agrees = _judged(sweep, cand, _rerun("c", 1, 0.11), probe)
-    assert agrees.planned == 1 and agrees.verdict == "confirmed"
-    apart = _judged(sweep, cand, _rerun("c", 1, 0.16), probe)  # 6.7 % of the improvement
-    assert apart.planned == 3 and apart.verdict == "incomplete"
-    other = rec("o", val_loss=0.10)
-    lost = _rerun("o", 1, 0.6)  # another config lost 56 % on its fresh seed
-    seen = _judged(sweep, cand, _rerun("c", 1, 0.11), probe, other, lost)
-    assert seen.planned == 3 and seen.verdict == "incomplete"
-    assert _judged(sweep, cand, _rerun("c", 1, 0.11)).planned == 3, "the probe first"
+    agrees = _judged(sweep, cand, _rerun("c", 1, 0.1), _rerun("c", 0, 0.1, kind="probe"))
+    assert agrees.planned == 3 and agrees.verdict == "incomplete"
 
 
 def test_plan_without_probe_or_seeds(tmp_path: Path) -> None:

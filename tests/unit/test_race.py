@@ -68,6 +68,21 @@ def test_runs_go_one_at_a_time_down_the_ladder(tmp_path: Path) -> None:
     assert race.judge(best).verdict == "confirmed"
 
 
+def test_while_searching_only_the_leader_climbs_past_its_screen(tmp_path: Path) -> None:
+    sweep = _sweep(tmp_path, base=False)
+    best = rec("best", values={"lr": 0.03}, val_loss=0.1)
+    second = rec("second", values={"lr": 0.05}, val_loss=0.2)
+    book = book_of(sweep, best, second, _rerun("best", 1, 0.1), _rerun("second", 1, 0.2))
+    race = Race(sweep, book)
+    assert race.leader() is best
+    assert race.next_run(busy={"best"}, searching=True) is None, "second waits"
+    assert race.next_run(busy={"best"}, searching=False)[ROLE_KEY] == "probe:second"
+    third = rec("third", values={"lr": 0.04}, val_loss=0.15)
+    book.trials["third"] = third
+    screen = race.next_run(busy={"best"}, searching=True)
+    assert (screen[ROLE_KEY], screen[SEED_KEY]) == ("confirm:third", 1), "screens go on"
+
+
 def test_the_search_leaves_the_steps_that_settle_the_leader(tmp_path: Path) -> None:
     sweep = _sweep(tmp_path, base=False)
     best = rec("best", values={"lr": 0.03}, val_loss=0.1)
