@@ -32,7 +32,7 @@ from sweeps.protocol import (
     STABILITY_CONSTRAINT,
 )
 from sweeps.record.book import TrialBook, TrialRecord
-from sweeps.results.confirm import base_point
+from sweeps.results.confirm import base_point, raced
 from sweeps.results.race import Race, owner_of
 from sweeps.results.warm_start import searched
 from sweeps.spec.config_paths import get_path
@@ -207,6 +207,7 @@ class StabilityAwareSearch(OptunaSearch):
         """Tell Optuna a closed trial's real outcome (see the module doc); a re-run of the
         race tells its candidate's, once that is known (see the class doc)."""
         owner = owner_of(rec.role)
+        self._tell_dropped()
         if owner is not None:
             self._tell_raced(owner)
             return
@@ -238,6 +239,15 @@ class StabilityAwareSearch(OptunaSearch):
                 and self.race.judge(rec).verdict == "fragile":
             self._add_fragile(rec)
 
+    def _tell_dropped(self) -> None:
+        """Tell the waiting trials the race no longer wants before they ran a re-run (a
+        better one pushed them out) their search values, so the sampler has them now."""
+        for trial_id in sorted(self._deferred):
+            rec = self.book.trials.get(trial_id)
+            if rec is not None and not raced(self.book, rec) and not self.race.wants(rec):
+                self._tell(rec)
+                self._deferred.discard(trial_id)
+
     def settle_deferred(self) -> None:
         """Tell the raced trials still waiting (the search ended before their first re-run)
         their search values."""
@@ -251,8 +261,7 @@ class StabilityAwareSearch(OptunaSearch):
         """A raced trial told feasible that a later re-run showed fragile: an infeasible
         trial at the same point teaches the sampler."""
         ot_trial = compat.optuna_search_trials(self)[rec.trial_id]
-        values = self.book.penalised_values(rec, self.objectives)
-        worst = self._fragile_values(rec, values)
+        worst = self._fragile_values(self.book.penalised_values(rec, self.objectives))
         judged = self.race.judge(rec)
         self.study.add_trial(optuna.trial.create_trial(
             params=ot_trial.params, distributions=ot_trial.distributions,
@@ -261,7 +270,7 @@ class StabilityAwareSearch(OptunaSearch):
                         "status": "fragile", "reason": (judged.fragile_reason or "")[:500]}))
         self._told_fragile.add(rec.trial_id)
 
-    def _fragile_values(self, rec: TrialRecord, values: list[float]) -> list[float]:
+    def _fragile_values(self, values: list[float]) -> list[float]:
         """Values of a config that failed a fresh seed: the quality of a failed trial."""
         first = self.objectives[0]
         out = list(values)
@@ -284,7 +293,7 @@ class StabilityAwareSearch(OptunaSearch):
         ot_trial.set_constraint(CONSTRAINT, 1.0 if rec.flagged or fragile else 0.0)
         if fragile:
             ot_trial.set_user_attr("reason", (self.race.judge(rec).fragile_reason or "")[:500])
-            values = self._fragile_values(rec, self.book.penalised_values(rec, self.objectives))
+            values = self._fragile_values(self.book.penalised_values(rec, self.objectives))
             study.tell(ot_trial, values if len(values) > 1 else values[0])
             self._told_fragile.add(trial_id)
             completed.add(trial_id)
