@@ -381,3 +381,43 @@ def test_the_quality_objective_has_its_own_random_guess_value(linreg_dir):
     nll = Confirmation("t", Objective(metric="val_loss"), 0.2, 1,
                        search=SeedRun(0, "ok", None, None, 0.2), runs=runs, baseline=2.531)
     assert nll.verdict == "confirmed"
+
+
+@pytest.mark.slow
+def test_resume_with_a_larger_step_budget_settles_what_the_budget_left(linreg_dir,
+                                                                       ray_session, capsys):
+    """A step budget that settles one config leaves the next ones unsettled; `sweeps resume
+    DIR --total-steps N` raises it and settles them, running no search trial again. A total
+    that adds nothing is refused (exit 2) and changes nothing."""
+    import yaml as _yaml
+
+    edit_linreg(linreg_dir, name="more-steps",
+                search_space={"lr": {"type": "loguniform", "low": 0.01, "high": 0.5}},
+                initial_points=[{"lr": lr} for lr in ROBUST_LRS],
+                objectives=[{"metric": "val_loss", "mode": "min"}],
+                budget={"max_steps": 20, "total_steps": 160, "concurrent": 2,
+                        "scheduler": "none"},
+                confirm={"seeds": 2, "lr_probe": 2.0, "keep": 3, "base": False})
+    data = _yaml.safe_load((linreg_dir / "linreg.yaml").read_text())
+    del data["budget"]["trials"]
+    (linreg_dir / "linreg.yaml").write_text(_yaml.safe_dump(data))
+    assert run_cli_in(linreg_dir, "run", "linreg.yaml", "--quiet") == 0
+    out = linreg_dir / "results" / "more-steps"
+    before = read_results_csv(out / "trials.csv")
+    held = read_results_csv(out / "pareto.csv").query("selection == 'confirmed'")
+    assert 1 <= len(held) < 3, "the budget settled fewer than confirm.keep"
+    saved = (out / "sweep.yaml").read_text()
+    capsys.readouterr()
+    assert main(["resume", str(out), "--quiet", "--total-steps", "100"]) == 2
+    assert "--total-steps" in capsys.readouterr().err
+    assert (out / "sweep.yaml").read_text() == saved, "a refused resume changes nothing"
+
+    assert main(["resume", str(out), "--quiet", "--total-steps", "600"]) == 0
+    after = read_results_csv(out / "trials.csv")
+    search_before = set(before.query("role == 'search'")["trial_id"])
+    assert set(after.query("role == 'search'")["trial_id"]) == search_before, \
+        "no search trial ran again"
+    assert len(after) > len(before), "more re-runs settled more candidates"
+    assert len(read_results_csv(out / "pareto.csv").query("selection == 'confirmed'")) \
+        > len(held)
+    assert _yaml.safe_load((out / "sweep.yaml").read_text())["budget"]["total_steps"] == 600

@@ -173,7 +173,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from sweeps.commands.run import resume_sweep
 
     outcome = resume_sweep(Path(args.dir), address=args.address, progress=not args.quiet,
-                           tracking_uri=args.tracking_uri, trust_state=args.trust_state)
+                           tracking_uri=args.tracking_uri, trust_state=args.trust_state,
+                           total_steps=args.total_steps)
     print_outcome(outcome)
     return all_crashed(outcome.trials, outcome.sweep.output_dir)
 
@@ -377,6 +378,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trust-state", action="store_true",
                    help="resume a folder this account's sweeps did not write (or that other "
                    "users can write); its Ray Tune state is loaded like code")
+    p.add_argument("--total-steps", type=int, default=None, metavar="N",
+                   help="raise budget.total_steps to N first: the candidates the budget left "
+                   "unsettled are settled with what it adds")
     p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("report", help="(re)write report.html, or print the results as json/csv")

@@ -159,20 +159,47 @@ def run_sweep(sweep: Sweep, *, address: str | None = None, progress: bool = True
 
 
 def resume_sweep(folder: Path, *, address: str | None = None, progress: bool = True,
-                 tracking_uri: str | None = None, trust_state: bool = False) -> SweepOutcome:
+                 tracking_uri: str | None = None, trust_state: bool = False,
+                 total_steps: int | None = None) -> SweepOutcome:
     """Continue a sweep whose driver died: finished trials are kept, unfinished ones re-run.
 
     The folder is held first, then checked before anything runs: every state file whole
     (torn last lines of the journals cut off, any other damage exit 2), and the folder
     sealed by this account and writable by no other user (:mod:`sweeps.state.seal`;
-    ``trust_state`` skips that). The folder may have been moved or copied since its run."""
+    ``trust_state`` skips that). The folder may have been moved or copied since its run.
+    ``total_steps`` raises the sweep's step budget first (saved with the sweep): the
+    candidates the budget left unsettled are settled with the steps it adds."""
     folder = Path(folder).resolve()
     _require_sweep(folder)
     with folder_lock.claim(folder, "resume"):
         state_check.check_for_resume(folder, echo=_stderr)
         state_seal.check(folder, trust=trust_state)
-        return _execute(load_resolved(folder), address=address, progress=progress,
+        sweep = load_resolved(folder)
+        if total_steps is not None:
+            sweep = with_total_steps(sweep, total_steps)
+            save_resolved(sweep)
+        return _execute(sweep, address=address, progress=progress,
                         tracking_uri=tracking_uri, resume=True)
+
+
+def with_total_steps(sweep: Sweep, total: int) -> Sweep:
+    """``sweep`` with ``budget.total_steps`` raised to ``total``; a total no larger than
+    the budget it had, or than the steps its trials already ran, is a SpecError."""
+    from sweeps.record.journal import Journal
+
+    budget = sweep.spec.budget
+    spent = 0
+    for events in Journal(sweep.output_dir / "trials").read().values():
+        steps = [p.get("step") for kind, p in events if kind == "metrics"]
+        spent += max((s for s in steps if isinstance(s, (int, float))), default=0)
+    floor = max(spent, budget.total_steps or 0, budget.max_steps)
+    if total <= floor:
+        raise SpecError("--total-steps", f"{total} is not above the {floor} steps the sweep "
+                        f"already had ({spent} spent, budget.total_steps "
+                        f"{budget.total_steps}, max_steps {budget.max_steps})",
+                        f"give more than {floor}, e.g. {floor + budget.max_steps * 3}")
+    raised = budget.model_copy(update={"total_steps": total})
+    return replace(sweep, spec=sweep.spec.model_copy(update={"budget": raised}))
 
 
 def _execute(sweep: Sweep, *, address: str | None, progress: bool, tracking_uri: str | None,

@@ -550,7 +550,8 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
             notes.append(f"confirmation stopped after {len(judged)} candidate(s): another "
                          f"round would pass budget.total_steps ({spent} of "
                          f"{sweep.spec.budget.total_steps} spent); raise total_steps to "
-                         "confirm more")
+                         f"confirm more (`sweeps resume {sweep.output_dir} --total-steps N` "
+                         "settles them without starting again)")
             break
         batch, queue = queue[:take], queue[take:]
         run_stage(plan(sweep, book, batch, "screen") + base_runs)
@@ -590,7 +591,7 @@ def _unsettled_note(sweep: Sweep, book: TrialBook, judged: list[Confirmation]) -
     steps = sum(len(ladder(sweep, book, book.trials[c.trial_id])) for c in open_) * \
         sweep.spec.budget.max_steps
     return (f"{len(open_)} candidate(s) are not settled: about {steps} more training steps "
-            "would settle them (raise budget.total_steps)")
+            f"would settle them (`sweeps resume {sweep.output_dir} --total-steps N`)")
 
 
 def _sensitivity(member: TrialRecord, probe: TrialRecord, metric: str) -> float:
