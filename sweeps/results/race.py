@@ -14,12 +14,14 @@ search runs, from the same workers and the same ``budget.total_steps``:
   fresh seed (the screen), the LR probe, then the other fresh seeds; a failed probe asks
   for ``confirm.narrow_seeds`` fresh seeds instead of vetoing the config. The first
   unstable seed, or a quality gap past ``confirm.tolerance``, drops it at once.
-- **When.** While the search goes on, one race run at a time (about one re-run per new
-  config, as SMAC interleaves), and only the leader (the best mean over its seeds)
-  climbs past the screen: the others wait for the search to stop, when the race gets
-  every worker (and :func:`sweeps.results.confirm.select` settles what is left, within
-  the budget). A new search trial starts only while the steps left cover settling the
-  current leader (its missing re-runs): a run ends with its best config settled.
+- **When.** While the search goes on, screens only, one at a time (about one re-run per
+  new top config, as SMAC interleaves): a fragile config is caught while there is
+  budget to search elsewhere. The rest of the ladder waits for the search to stop, when
+  the race gets every worker and the leader (the best mean over its seeds) is known:
+  evidence is not spent on leaders the search overtakes. A new search trial starts only
+  while the steps left cover settling the current leader (its missing re-runs), so a
+  run ends with its best config settled; :func:`sweeps.results.confirm.select` settles
+  what is left within the budget.
 
 The race is a function of the trial book alone (no state of its own), so a resumed
 driver picks it up where the journal left it.
@@ -112,32 +114,34 @@ class Race:
         """Whether a finished search trial races now (its tell to Optuna waits for a seed)."""
         return any(r.trial_id == rec.trial_id for r in self.contenders())
 
-    def leader(self) -> TrialRecord | None:
-        """The contender with the best mean quality over the seeds it ran."""
+    def by_estimate(self) -> list[TrialRecord]:
+        """The contenders by their mean quality over the seeds they ran, best first."""
         sign = 1.0 if self.sweep.objectives[0].mode == "min" else -1.0
 
         def estimate(rec: TrialRecord) -> float:
             mean = seed_mean(self.judge(rec))
             return sign * mean if mean is not None else float("inf")
 
-        contenders = self.contenders()
-        return min(contenders, key=estimate) if contenders else None
+        return sorted(self.contenders(), key=estimate)
+
+    def leader(self) -> TrialRecord | None:
+        """The contender with the best mean quality over the seeds it ran."""
+        ranked = self.by_estimate()
+        return ranked[0] if ranked else None
 
     def next_run(self, busy: set[str], searching: bool = False) -> dict[str, Any] | None:
-        """The next re-run: the first missing rung of the first contender with no run in
-        flight (``busy``: the candidates with one), or None. While ``searching``, only the
-        leader climbs past its first fresh seed: the screen catches a fragile config at
-        once, the rest of the evidence is spent on the config that will be handed over."""
-        leader = self.leader() if searching else None
-        for rec in self.contenders():
+        """The next re-run: the first missing rung of the best contender (by its mean so
+        far) with no run in flight (``busy``: the candidates with one), or None. While
+        ``searching``, screens only: the first fresh seed catches a fragile config at
+        once, and the rest of the evidence waits for the search to stop, when the leader
+        is known (the search leaves the steps it needs, :meth:`reserve`) instead of going
+        to leaders it overtakes."""
+        for rec in self.by_estimate():  # the leader's evidence first
             if rec.trial_id in busy:
                 continue
             missing = ladder(self.sweep, self.book, rec)
-            if not missing:
-                continue
-            if searching and rec is not leader and not _is_screen(self.sweep, missing[0]):
-                continue
-            return missing[0]
+            if missing and (not searching or _is_screen(self.sweep, missing[0])):
+                return missing[0]
         return None
 
     def reserve(self) -> int:

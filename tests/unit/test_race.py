@@ -68,14 +68,15 @@ def test_runs_go_one_at_a_time_down_the_ladder(tmp_path: Path) -> None:
     assert race.judge(best).verdict == "confirmed"
 
 
-def test_while_searching_only_the_leader_climbs_past_its_screen(tmp_path: Path) -> None:
+def test_while_searching_the_race_runs_screens_only(tmp_path: Path) -> None:
     sweep = _sweep(tmp_path, base=False)
     best = rec("best", values={"lr": 0.03}, val_loss=0.1)
     second = rec("second", values={"lr": 0.05}, val_loss=0.2)
     book = book_of(sweep, best, second, _rerun("best", 1, 0.1), _rerun("second", 1, 0.2))
     race = Race(sweep, book)
     assert race.leader() is best
-    assert race.next_run(busy={"best"}, searching=True) is None, "second waits"
+    assert race.next_run(busy=set(), searching=True) is None, "the ladder waits"
+    assert race.next_run(busy=set(), searching=False)[ROLE_KEY] == "probe:best"
     assert race.next_run(busy={"best"}, searching=False)[ROLE_KEY] == "probe:second"
     third = rec("third", values={"lr": 0.04}, val_loss=0.15)
     book.trials["third"] = third
