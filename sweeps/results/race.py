@@ -135,8 +135,14 @@ class Race:
         ``searching``, screens only: the first fresh seed catches a fragile config at
         once, and the rest of the evidence waits for the search to stop, when the leader
         is known (the search leaves the steps it needs, :meth:`reserve`) instead of going
-        to leaders it overtakes."""
-        for rec in self.by_estimate():  # the leader's evidence first
+        to leaders it overtakes. After it, the leader's runs come first and alone (the
+        steps left are its own), then the others' by their estimate."""
+        ranked = self.by_estimate()
+        if not searching and ranked:  # the leader is settled first, nothing beside it
+            missing = ladder(self.sweep, self.book, ranked[0])
+            if missing:
+                return None if ranked[0].trial_id in busy else missing[0]
+        for rec in ranked:
             if rec.trial_id in busy:
                 continue
             missing = ladder(self.sweep, self.book, rec)

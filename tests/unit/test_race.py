@@ -77,7 +77,10 @@ def test_while_searching_the_race_runs_screens_only(tmp_path: Path) -> None:
     assert race.leader() is best
     assert race.next_run(busy=set(), searching=True) is None, "the ladder waits"
     assert race.next_run(busy=set(), searching=False)[ROLE_KEY] == "probe:best"
-    assert race.next_run(busy={"best"}, searching=False)[ROLE_KEY] == "probe:second"
+    assert race.next_run(busy={"best"}, searching=False) is None, "the leader's steps"
+    book.trials["p"] = _rerun("best", 0, 0.1, kind="probe")
+    book.trials["r2"] = _rerun("best", 2, 0.1)
+    assert race.next_run(busy=set(), searching=False)[ROLE_KEY] == "probe:second"
     third = rec("third", values={"lr": 0.04}, val_loss=0.15)
     book.trials["third"] = third
     screen = race.next_run(busy={"best"}, searching=True)
