@@ -325,9 +325,11 @@ class TrialBook:
             listener(rec)
         return rec
 
-    def steps_spent(self, role: str = SEARCH) -> int:
-        """Training steps the trials of ``role`` have run so far (each its last step)."""
-        return sum(rec.last_step for rec in self.trials.values() if rec.role == role)
+    def steps_spent(self, role: str | None = SEARCH) -> int:
+        """Training steps the trials of ``role`` (None: every trial, the re-runs included)
+        have run so far (each its last step)."""
+        return sum(rec.last_step for rec in self.trials.values()
+                   if role is None or rec.role == role)
 
     def objective_values(self, rec: TrialRecord, objs: list[Objective]) -> list[float | None]:
         """Raw objective values of a trial (None where a metric was never reported, and

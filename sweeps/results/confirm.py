@@ -481,7 +481,7 @@ def _affordable(sweep: Sweep, book: TrialBook, queue: list[TrialRecord], need: i
     budget = sweep.spec.budget
     if budget.total_steps is None:
         return need
-    left = budget.total_steps - sum(r.last_step for r in book.trials.values())
+    left = budget.total_steps - book.steps_spent(role=None)
     n = 0
     for rec in queue[:need]:
         cost = len(plan(sweep, book, [rec])) * budget.max_steps
@@ -508,8 +508,9 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
     ``ordered`` (the trials ASHA cut with no diagnosis among them), each round screening
     on the first fresh seed, then running the rest of :func:`ladder` for those still
     standing (twice: a failed LR probe asks for more seeds). A round takes as many as the
-    rest of ``budget.total_steps`` can re-run in full; when nothing holds yet the first
-    candidate is settled even past the budget, so a run hands over what holds.
+    rest of ``budget.total_steps`` can re-run in full; when nothing the search found holds
+    yet (the base config aside), the first candidate is settled even past the budget, so
+    a run hands over what holds.
     """
     conf = sweep.spec.confirm
     on_front = {r.trial_id for r in front}
@@ -531,8 +532,8 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
     def verdict(rec: TrialRecord) -> Confirmation:
         return judge(sweep, book, rec, rec.trial_id in on_front)
 
-    judged = [verdict(r) for r in started
-              if not plan(sweep, book, [r]) or verdict(r).verdict == "fragile"]
+    settled = [(r, verdict(r)) for r in started]
+    judged = [c for r, c in settled if not plan(sweep, book, [r]) or c.verdict == "fragile"]
     done = {c.trial_id for c in judged}
     queue = [r for r in queue if r.trial_id not in done]
     base_runs = plan_base(sweep, book)
@@ -546,7 +547,7 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
         if take == 0 and not found():
             take = 1  # nothing the search found holds yet: settle the best remaining one
         if take == 0:
-            spent = sum(r.last_step for r in book.trials.values())
+            spent = book.steps_spent(role=None)
             notes.append(f"confirmation stopped after {len(judged)} candidate(s): another "
                          f"round would pass budget.total_steps ({spent} of "
                          f"{sweep.spec.budget.total_steps} spent); raise total_steps to "

@@ -166,7 +166,7 @@ class ProgressLines(Callback):
 
     def _all_spent(self) -> int:
         """Training steps every trial of the sweep ran so far, the race's re-runs included."""
-        return sum(r.last_step for r in self.book.trials.values())
+        return self.book.steps_spent(role=None)
 
     def _steps_left(self) -> float:
         """Training steps still to run: of a step budget what is left of it (the race runs

@@ -171,7 +171,7 @@ class StabilityAwareSearch(OptunaSearch):
         budget = self.book.sweep.spec.budget
         ids = list(compat.optuna_search_trials(self)) + list(self._race_runs)
         in_flight = [t for t in ids if not self._finished(t)]
-        spent = sum(r.last_step for r in self.book.trials.values())
+        spent = self.book.steps_spent(role=None)
         search_open = self._search_open(spent)
         busy = {owner for t, owner in self._race_runs.items() if t in in_flight}
         fits = budget.total_steps is None or spent < budget.total_steps
@@ -228,10 +228,11 @@ class StabilityAwareSearch(OptunaSearch):
         if rec is None:
             return
         if owner in self._deferred:
+            value = self.race.tell_value(rec)
             if self.race.judge(rec).verdict == "fragile":
                 self._tell(rec, fragile=True)
-            elif self.race.tell_value(rec) is not None:
-                self._tell(rec, quality=self.race.tell_value(rec))
+            elif value is not None:
+                self._tell(rec, quality=value)
             else:
                 return
             self._deferred.discard(owner)
