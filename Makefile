@@ -12,7 +12,7 @@ $(BIN)/sweeps: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH_SPEC)"
-	$(BIN)/pip install -q -c constraints.txt -e ".[test]"
+	$(BIN)/pip install -q -c constraints.txt -e ".[test,lightning,huggingface,hydra]"
 	touch $@
 
 setup: $(BIN)/sweeps

@@ -683,7 +683,7 @@ def base_fresh(sweep, seeds: int, steps: int) -> dict[str, Any]:
     handover = {"from": "base config", "values": try_values(sweep, {}),
                 "search_value": float("nan")}
     return {"handover": handover, "result": fresh_runs(sweep, handover, seeds, steps),
-            "steps": 0, "confirm_steps": 0}
+            "steps": 0, "confirm_steps": 0, "base_steps": 0}
 
 
 def _whole(x: float) -> int | float:
@@ -714,7 +714,10 @@ def summarise_fresh(label: str, fresh: dict[str, list[dict]], seeds: int,
             "means": means, "worsts": worsts, "mean": med(means), "worst": med(worsts),
             "bad": bad, "re-runs": seeds * len(per_run),
             "steps": median([r["steps"] for r in per_run]),
-            "confirm": median([r["confirm_steps"] for r in per_run])}
+            "confirm": median([r["confirm_steps"] for r in per_run]),
+            "base": median([r.get("base_steps", 0) for r in per_run]),
+            "share": median([r["confirm_steps"] / r["steps"] if r["steps"] else 0.0
+                             for r in per_run])}
     ref = stats.get("sweeps")
     rows = []
     for method, s in stats.items():
@@ -728,7 +731,9 @@ def summarise_fresh(label: str, fresh: dict[str, list[dict]], seeds: int,
             "÷ sweeps (fresh mean)": ratio(s["mean"], ref["mean"] if ref else None),
             "÷ sweeps (fresh worst)": ratio(s["worst"], ref["worst"] if ref else None),
             "steps run (median)": _whole(s["steps"]),
-            "of which re-runs (seeds, probe, base)": _whole(s["confirm"]),
+            "of which seeds + probes (median)": _whole(s["confirm"]),
+            "seeds + probes share (median)": f"{100 * s['share']:.0f} %",
+            "base config re-runs (median)": _whole(s["base"]),
         })
     return rows
 
@@ -765,16 +770,17 @@ def _fresh_outcome(sweep, judged: list[dict], outcome, seeds: int, steps: int,
     """One method run's hand-over and its fresh-seed re-runs (``result`` None: nothing)."""
     if outcome is not None:  # sweeps: the YAML it wrote first, or nothing
         handover = handover_sweeps(outcome)
-        book = outcome.book.trials.values()
-        search_steps = sum(last_step(list(r.history)) for r in book if r.role == "search")
-        confirm_steps = sum(last_step(list(r.history)) for r in book if r.role != "search")
+        kinds = outcome.selection.steps
+        search_steps = kinds["search"]
+        confirm_steps, base_steps = kinds["seeds"] + kinds["probe"], kinds["base"]
     else:
         pick = handover_best_mean if method == REPEATER else handover_best_trial
         handover = pick(judged, mode)
-        search_steps, confirm_steps = sum(t["steps"] for t in judged), 0
+        search_steps, confirm_steps, base_steps = sum(t["steps"] for t in judged), 0, 0
     result = fresh_runs(sweep, handover, seeds, steps) if handover is not None else None
-    return {"handover": handover, "result": result, "steps": search_steps + confirm_steps,
-            "confirm_steps": confirm_steps}
+    return {"handover": handover, "result": result,
+            "steps": search_steps + confirm_steps + base_steps,
+            "confirm_steps": confirm_steps, "base_steps": base_steps}
 
 
 def _print_fresh(prefix: str, got: dict[str, Any]) -> None:

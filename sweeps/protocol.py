@@ -117,3 +117,7 @@ def pruned_label(rule: str) -> str:
         'pruned · collapse'
     """
     return PRUNED_LABEL_PREFIX + rule
+
+#: In the header of a rank-1 config that is worse than the base config on fresh seeds
+#: (``sweeps best`` then withholds it unless ``--allow-worse``).
+WORSE_THAN_BASE: Final = "WORSE than your base config"

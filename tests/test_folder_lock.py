@@ -21,6 +21,7 @@ from sweeps.state.folder_lock import (
     OWNER_FILE,
     FolderInUse,
     ForeignFolder,
+    check_ours,
     claim,
     holds,
 )
@@ -223,3 +224,18 @@ def test_two_runs_of_one_sweep_the_second_exits_2_and_the_first_completes(linreg
     assert (out / "report.html").is_file()
     assert json.loads((out / OWNER_FILE).read_text())["pid"] == first.pid
     assert _take(out) == "taken", "released when the first run ended"
+
+
+def test_a_folder_holding_only_what_sweeps_left_is_named_for_what_it_is(tmp_path):
+    """No marker, but only a compile cache in it: the message says sweeps left that, and
+    how to mark the folder, instead of calling it someone else's."""
+    folder = tmp_path / "linreg"
+    (folder / "inductor_cache").mkdir(parents=True)
+    with pytest.raises(ForeignFolder) as caught:
+        check_ours(folder, "run")
+    text = str(caught.value)
+    assert "holds only what sweeps itself left there" in text
+    assert "inductor_cache" in text and f"touch {folder / MARKER_FILE}" in text
+    (folder / "thesis.tex").write_text("mine")
+    with pytest.raises(ForeignFolder, match="holds other files"):
+        check_ours(folder, "run")

@@ -12,7 +12,14 @@ import pytest
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
-from sweeps.results.importance import MIN_TRIALS, open_study, quality, stability, under_explored
+from sweeps.results.importance import (
+    MIN_CLASS,
+    MIN_TRIALS,
+    open_study,
+    quality,
+    stability,
+    under_explored,
+)
 from sweeps.results.report import summary, write_report
 from tests.conftest import copy_sweepfiles, edit_linreg, read_results_csv, run_cli_in
 from tests.test_report import make_sweep
@@ -29,7 +36,7 @@ def tagged_run(tmp_path_factory, ray_session) -> Path:
                 search_space={"tag": {"type": "categorical", "choices": TAGS},
                               "lr": {"type": "loguniform", "low": 2.0e-3, "high": 10.0}},
                 write_back={"tag": "train.tag"},
-                initial_points=[{"lr": lr} for lr in (8.0, 5.0, 0.05, 0.01)],
+                initial_points=[{"lr": lr} for lr in (8.0, 5.0, 4.0, 3.0, 2.0, 0.05, 0.01)],
                 budget={"trials": 12}, confirm={"seeds": 1, "lr_probe": 0, "keep": 1,
                                                 "max_candidates": 1, "base": False})
     assert run_cli_in(folder, "run", "linreg.yaml", "--quiet") == 0
@@ -45,7 +52,8 @@ def test_panel_ranks_the_knobs_for_quality_and_stability(tagged_run: Path) -> No
     search = read_results_csv(tagged_run / "trials.csv").query("role == 'search'")
     ok, bad = (search["status"] == "ok").sum(), search["status"].isin(["unstable", "crash"]).sum()
     stab = imp["targets"]["stability"]
-    assert (stab["stable"], stab["unstable"]) == (len(search) - bad, bad) and bad >= 2
+    assert (stab["stable"], stab["unstable"]) == (len(search) - bad, bad)
+    assert bad >= MIN_CLASS and len(search) - bad >= MIN_CLASS, "enough of each to rank"
     assert set(stab["importances"]) == {"lr", "tag"}
     assert sum(stab["importances"].values()) == pytest.approx(1.0)
     assert max(stab["importances"], key=stab["importances"].get) == "lr"  # lr alone decides
@@ -134,6 +142,10 @@ def test_all_ok_and_too_few_say_why(tmp_path: Path) -> None:
     assert quality(few, "val_loss")["note"] == \
         f"too few trials finished ok (2; needs {MIN_TRIALS})"
     assert stability(few)["note"].startswith("too few trials (2 stable, 1 unstable")
+    lrs = [10 ** (-5 + 0.4 * i) for i in range(12)]  # 10 stable, 2 unstable: no ranking
+    two = _study(tmp_path / "two", [(lr, "unstable" if lr > 0.05 else "ok", 0.1) for lr in lrs])
+    assert stability(two)["importances"] == {}
+    assert stability(two)["note"].startswith("too few trials (10 stable, 2 unstable")
 
 
 def test_categorical_counts_match_across_spellings() -> None:

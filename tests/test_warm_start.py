@@ -141,3 +141,36 @@ def test_bad_warm_start_folders_exit_2(sweeps, capsys):
     err = capsys.readouterr().err
     assert "--warm-start" in err and "instability (min)" in err, err
     assert _digest(first) == before
+
+
+def test_warm_start_over_a_compile_knob_whose_choice_preflight_dropped(tmp_path, ray_session):
+    """A first sweep searched three compile modes; on this CPU machine the second sweep's
+    preflight drops ``reduce-overhead`` (it captures CUDA graphs), so the new study's
+    compile distribution has two choices: the earlier trials that fit are added with it
+    (those that ran reduce-overhead are skipped), and TPE samples on without a distribution
+    clash (Optuna: "CategoricalDistribution does not support dynamic value space")."""
+    folder = copy_sweepfiles(tmp_path)
+    modes = ["none", "default", "reduce-overhead"]
+    edit_linreg(folder, train={"compile": "none"},
+                budget={"trials": 6, "concurrent": 2, "scheduler": "none"},
+                confirm={"seeds": 0, "lr_probe": 0},
+                search_space={"lr": {"type": "loguniform", "low": 1e-3, "high": 1.0},
+                              "compile": {"type": "categorical", "choices": modes}},
+                write_back={"lr": "train.lr", "compile": "train.compile"})
+    assert run_cli_in(folder, "run", "linreg.yaml", "--quiet", "--no-preflight") == 0
+    first = read_results_csv(folder / "results" / "linreg" / "trials.csv")
+    edit_linreg(folder, name="linreg-again", budget={"trials": 3})
+    assert run_cli_in(folder, "run", "linreg.yaml", "--quiet",
+                      "--warm-start", "results/linreg") == 0
+    second = folder / "results" / "linreg-again"
+    assert "dropped 'reduce-overhead'" in (second / "preflight.md").read_text()
+    trials = read_results_csv(second / "trials.csv")
+    warm = trials[trials["role"] == "warm_start"]
+    kept = first[(first["role"] == "search") & (first["compile"] != "reduce-overhead")]
+    assert sorted(warm["trial_id"]) == sorted(kept["trial_id"])
+    own = trials[trials["role"] == "search"]
+    assert len(own) == 3 and set(own["compile"]) <= {"none", "default"}
+    study = optuna.load_study(study_name="linreg-again",
+                              storage=_journal(second / "optuna.journal"))
+    assert {tuple(t.distributions["compile"].choices) for t in study.trials} == \
+        {("none", "default")}

@@ -187,11 +187,16 @@ def cmd_best(args: argparse.Namespace) -> int:
     if not files:
         print(f"no confirmed stable config in {folder / 'stable'}", file=sys.stderr)
         return 1
-    for line in files[0].read_text().splitlines():  # the header says if it is unconfirmed
-        if not line.startswith("#"):
-            break
-        if "UNCONFIRMED" in line or line.startswith("# WARNING"):
-            print(f"warning: {line.lstrip('# ')}", file=sys.stderr)
+    from sweeps.results.export import header_lines, worse_than_base
+
+    for line in header_lines(files[0]):  # the header says if it is unconfirmed or worse
+        if "UNCONFIRMED" in line or line.startswith("WARNING"):
+            print(f"warning: {line}", file=sys.stderr)
+    if worse_than_base(files[0]) and not args.allow_worse:
+        print(f"not printing {files[0]}: the sweep measured it worse than your base config "
+              "on the same fresh seeds; keep your base config, or pass --allow-worse to get "
+              "its path anyway", file=sys.stderr)
+        return 1
     print(files[0])
     return 0
 
@@ -233,6 +238,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     for trial_id, why in info["fragile"].items():
         console.print(f"  not handed over {trial_id}: {why}", markup=False)
     console.print(f"best stable config: {info['best_yaml'] or 'none'}")
+    if info["worse_than_base"]:
+        console.print(f"WARNING: {info['worse_than_base']}", markup=False)
     console.print(f"report: {page}")
     return 0
 
@@ -392,6 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("best", help="print the path of the top confirmed stable YAML")
     p.add_argument("dir", help="the sweep's results folder")
+    p.add_argument("--allow-worse", action="store_true",
+                   help="print the path even when the sweep measured that config worse than "
+                   "your base config on fresh seeds (otherwise exit 1)")
     p.set_defaults(func=cmd_best)
 
     p = sub.add_parser("stability", help="grid over one knob (x a second) on several seeds")

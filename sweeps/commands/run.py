@@ -33,7 +33,7 @@ from sweeps.state import check as state_check
 from sweeps.state import folder_lock
 from sweeps.state import seal as state_seal
 from sweeps.state.atomic import write_text
-from sweeps.trial.lr_check import lr_ignored
+from sweeps.trial.knob_check import inert_knob
 from sweeps.tune.experiments import run_configs, run_search
 from sweeps.tune.searcher import STUDY_FILE, fail_interrupted, study_storage
 from sweeps.tune.session import ray_running
@@ -136,7 +136,8 @@ def run_sweep(sweep: Sweep, *, address: str | None = None, progress: bool = True
     """Run ``sweep`` end to end and write everything under ``sweep.output_dir``, which it
     holds from start to end (a second command on it exits 2). ``warm_from``: an earlier
     sweep's results folder whose fitting trials seed the search (:mod:`sweeps.results.warm_start`),
-    read before anything is written."""
+    checked before anything is written and fitted to the space preflight leaves (a compile
+    mode it dropped on a machine without a GPU drops the earlier trials that used it)."""
     warm = warm_start.load(warm_from, sweep) if warm_from is not None else None
     with folder_lock.claim(sweep.output_dir, "run"):
         moved = archive_previous(sweep.output_dir)
@@ -151,7 +152,8 @@ def run_sweep(sweep: Sweep, *, address: str | None = None, progress: bool = True
             _stderr(f"warning: the results folder is not sealed ({unsealed}); `sweeps "
                     "resume` of it will need --trust-state")
         save_resolved(sweep)
-        if warm is not None:
+        if warm is not None:  # read again: preflight may have dropped choices of a knob
+            warm = warm_start.load(warm_from, sweep)
             warm_start.seed_study(sweep, warm, study_storage(sweep))
             _stderr(warm.line())
         return _execute(sweep, address=address, progress=progress, tracking_uri=tracking_uri,
@@ -210,11 +212,9 @@ def _execute(sweep: Sweep, *, address: str | None, progress: bool, tracking_uri:
             book.set_aside_unfinished()
         with ray_running(address):
             run_search(sweep, book, progress=progress, resume=resume)
-            ignored = lr_ignored(book.trials.values())
-            if ignored:
-                raise SpecError("write_back.lr", ignored, "point write_back.lr at the key your "
-                                "trainer builds its optimizer from (`sweeps try FILE --set "
-                                "lr=...` shows the LR it reports)")
+            inert = inert_knob(book.trials.values())
+            if inert is not None:
+                raise SpecError(inert.key, inert.why, inert.fix)
             if resume:
                 fail_interrupted(sweep)
             search = [r for r in book.trials.values() if r.role == SEARCH]
@@ -228,6 +228,21 @@ def _execute(sweep: Sweep, *, address: str | None, progress: bool, tracking_uri:
 
             chosen = confirmation.select(sweep, book, ordered, front, rerun)
         return write_outputs(sweep, book, front, chosen, tracking_uri=tracking_uri)
+
+
+def fallback_lines(book: TrialBook) -> list[str]:
+    """One warning per kind of eager fallback (the same reason in many trials is one line,
+    with a count), instead of one line per trial."""
+    by_kind: dict[str, list[str]] = {}
+    for rec in book.trials.values():
+        if rec.compile_fallback:
+            by_kind.setdefault(fallback_warning(rec), []).append(rec.trial_id)
+    lines = []
+    for text, ids in by_kind.items():
+        shown = ", ".join(ids[:3]) + (", …" if len(ids) > 3 else "")
+        who = f"trial {ids[0]}" if len(ids) == 1 else f"{len(ids)} trials ({shown})"
+        lines.append(f"{who} {text}")
+    return lines
 
 
 def write_outputs(sweep: Sweep, book: TrialBook, front: list[TrialRecord],
@@ -274,7 +289,6 @@ def write_outputs(sweep: Sweep, book: TrialBook, front: list[TrialRecord],
                 "rewrites the outputs and logs them)"]
     write_text(out / TRACKING_NOTE, "\n".join(note) + "\n")
     warnings = [w for w in [chosen.base_warning()] if w]
-    warnings += [f"trial {rec.trial_id} {fallback_warning(rec)}"
-                 for rec in book.trials.values() if rec.compile_fallback]
+    warnings += fallback_lines(book)
     return SweepOutcome(sweep, book, front, chosen, paths, trials, pareto, report, warnings,
                         tracking=tracked, tracking_error=error)

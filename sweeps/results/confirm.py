@@ -48,6 +48,7 @@ from sweeps.protocol import (
     ROLE_KEY,
     SEARCH,
     SEED_KEY,
+    WORSE_THAN_BASE,
     confirm_role,
     probe_role,
 )
@@ -304,7 +305,7 @@ class Selection:
         worse = top.mean > self.base.mean if q.mode == "min" else top.mean < self.base.mean
         if not worse:
             return None
-        return (f"the top config ({top.trial_id}) is WORSE than your base config on fresh "
+        return (f"the top config ({top.trial_id}) is {WORSE_THAN_BASE} on fresh "
                 f"seeds: mean {q.metric} {top.mean:.4g} against the base config's "
                 f"{self.base.mean:.4g}; keep your base config or widen the search")
 
@@ -567,17 +568,22 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
         notes.append(_unsettled_note(sweep, book, judged))
     holding = sorted((c for c in judged if c.holds), key=Confirmation.rank_key)
     return Selection(holding + [c for c in judged if not c.holds],
-                     base_reference(sweep, book), steps_by_kind(book), notes,
+                     base_reference(sweep, book),
+                     steps_by_kind(book, base.trial_id if base is not None else None), notes,
                      base.trial_id if base is not None else None)
 
 
-def steps_by_kind(book: TrialBook) -> dict[str, int]:
+def steps_by_kind(book: TrialBook, base_id: str | None = None) -> dict[str, int]:
     """Training steps spent: the search, candidates on fresh seeds, LR probes, and the base
-    config's own runs (when it was off the search space)."""
+    config's re-runs (its fresh seeds and probe as the search trial ``base_id``, or its
+    own runs when it was off the search space): the reference every hand-over is
+    compared with, apart from the evidence for what the search found."""
     steps = {"search": 0, "seeds": 0, "probe": 0, "base": 0}
     for rec in book.trials.values():
-        kind = rec.role.split(":", 1)[0]
+        kind, _, owner = rec.role.partition(":")
         kind = {"confirm": "seeds", BASE_ROLE: "base"}.get(kind, kind)
+        if base_id is not None and owner == base_id:
+            kind = "base"
         if kind in steps:
             steps[kind] += rec.last_step
     return steps

@@ -8,7 +8,9 @@ from typing import Any
 
 import yaml
 
+from sweeps.protocol import WORSE_THAN_BASE
 from sweeps.spec.config_paths import with_values
+from sweeps.spec.hydra_config import overrides
 from sweeps.spec.loader import Sweep
 from sweeps.state.atomic import write_text
 
@@ -36,8 +38,27 @@ def render(sweep: Sweep, values: dict[str, Any], provenance: dict[str, Any]) -> 
     return "\n".join(lines) + "\n" + body
 
 
+def header_lines(path: Path) -> list[str]:
+    """The comment lines at the top of a written config, without their ``# ``."""
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break
+        out.append(line.lstrip("# "))
+    return out
+
+
+def worse_than_base(path: Path) -> str | None:
+    """The header's warning when the config is worse than the base config, else None."""
+    return next((line for line in header_lines(path) if WORSE_THAN_BASE in line), None)
+
+
 def write_config(path: Path, sweep: Sweep, values: dict[str, Any],
                  provenance: dict[str, Any]) -> Path:
-    """Write one exported config atomically; returns its path."""
+    """Write one exported config atomically, and beside it (``.overrides``) the same knob
+    values as the override list a Hydra user passes on the command line; returns the
+    config's path."""
     write_text(path, render(sweep, values, provenance))
+    line = " ".join(overrides(sweep.base_config, sweep.values_by_path(values)))
+    write_text(path.with_suffix(".overrides"), line + "\n")
     return path

@@ -30,7 +30,10 @@ WHY = ("Optuna's default importance evaluator (optuna.importance.PedAnovaImporta
        "forest takes about a second, and asks what sets the best trials apart from the rest, "
        "which suits a sweep of tens of trials")
 MIN_TRIALS = 8  # trials a target needs before its importances say anything
-MIN_CLASS = 2  # stable and unstable trials each, for the stability target
+#: Stable and unstable trials each, for the stability target: with two unstable trials
+#: the ranking of two identical sweeps flipped (weight_decay and dropout first in one,
+#: grad_clip and lr in the other); a ranking needs as many events as the quality one.
+MIN_CLASS = 5
 TOP_TRIALS, TOP_SHARE = 5, 0.1  # the quality target's top set: best 5 or best 10 %
 FEW_TRIALS, FAIR_SHARE = 3, 0.2  # a choice tried fewer times (or below this share) is warned
 EDGE = 0.1  # a numeric knob whose samples never came within this share of an end

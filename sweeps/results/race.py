@@ -14,9 +14,13 @@ search runs, from the same workers and the same ``budget.total_steps``:
   fresh seed (the screen), the LR probe, then the other fresh seeds; a failed probe asks
   for ``confirm.narrow_seeds`` fresh seeds instead of vetoing the config. The first
   unstable seed, or a quality gap past ``confirm.tolerance``, drops it at once.
-- **When.** While the search goes on, screens only, one at a time (about one re-run per
-  new top config, as SMAC interleaves): a fragile config is caught while there is
-  budget to search elsewhere. The rest of the ladder waits for the search to stop, when
+- **When.** While the search goes on, screens only, one at a time: the base config's,
+  and the leader's challenger (the best search trial not screened yet, when it is the
+  best by its estimate), as SMAC races challengers against its incumbent. Once any
+  config failed a fresh seed (the seeds disagree: a region is fragile), every contender
+  is screened, so a fragile config is caught while there is budget to search elsewhere;
+  where the seeds agree the evidence goes to the config that is handed over, and most
+  of the budget to the search. The rest of the ladder waits for the search to stop, when
   the race gets every worker and the leader (the best mean over its seeds) is known:
   evidence is not spent on leaders the search overtakes. A new search trial starts only
   while the steps left cover settling the current leader (its missing re-runs), so a
@@ -63,6 +67,8 @@ class Race:
         self.sweep, self.book = sweep, book
         self._key: tuple[int, int] | None = None
         self._contenders: list[TrialRecord] = []
+        self._disagreed_key: tuple[int, int] | None = None
+        self._disagreed = False
 
     @property
     def active(self) -> bool:
@@ -110,9 +116,32 @@ class Race:
             top.insert(0, base)
         return top
 
+    def disagreed(self) -> bool:
+        """Whether a search trial the race ran (the base config's included) is ``fragile``:
+        it failed a fresh seed, or its seeds disagreed past ``confirm.tolerance``."""
+        key = (len(self.book.trials), sum(r.finished for r in self.book.trials.values()))
+        if self._disagreed_key != key:
+            self._disagreed_key = key
+            self._disagreed = any(
+                rec.role == SEARCH and raced(self.book, rec)
+                and self.judge(rec).verdict == "fragile" for rec in self.book.trials.values())
+        return self._disagreed
+
+    def screening(self) -> list[TrialRecord]:
+        """The contenders screened while the search runs, best estimate first: every one
+        once the seeds disagreed (:meth:`disagreed`), else the base config and the best
+        search trial by its estimate (the leader, or its challenger)."""
+        ranked = self.by_estimate()
+        if self.disagreed():
+            return ranked
+        base = base_trial(self.sweep, self.book)
+        found = [r for r in ranked if r is not base]
+        return [r for r in ranked if r is base or (found and r is found[0])]
+
     def wants(self, rec: TrialRecord) -> bool:
-        """Whether a finished search trial races now (its tell to Optuna waits for a seed)."""
-        return any(r.trial_id == rec.trial_id for r in self.contenders())
+        """Whether a finished search trial is screened now (its tell to Optuna waits for
+        its first fresh seed)."""
+        return any(r.trial_id == rec.trial_id for r in self.screening())
 
     def by_estimate(self) -> list[TrialRecord]:
         """The contenders by their mean quality over the seeds they ran, best first."""
@@ -132,17 +161,18 @@ class Race:
     def next_run(self, busy: set[str], searching: bool = False) -> dict[str, Any] | None:
         """The next re-run: the first missing rung of the best contender (by its mean so
         far) with no run in flight (``busy``: the candidates with one), or None. While
-        ``searching``, screens only: the first fresh seed catches a fragile config at
-        once, and the rest of the evidence waits for the search to stop, when the leader
-        is known (the search leaves the steps it needs, :meth:`reserve`) instead of going
-        to leaders it overtakes. After it, the leader's runs come first and alone (the
-        steps left are its own), then the others' by their estimate."""
+        ``searching``, screens of :meth:`screening` only: the first fresh seed catches a
+        fragile config at once, and the rest of the evidence waits for the search to
+        stop, when the leader is known (the search leaves the steps it needs,
+        :meth:`reserve`) instead of going to leaders it overtakes. After it, the
+        leader's runs come first and alone (the steps left are its own), then the
+        others' by their estimate."""
         ranked = self.by_estimate()
         if not searching and ranked:  # the leader is settled first, nothing beside it
             missing = ladder(self.sweep, self.book, ranked[0])
             if missing:
                 return None if ranked[0].trial_id in busy else missing[0]
-        for rec in ranked:
+        for rec in self.screening() if searching else ranked:
             if rec.trial_id in busy:
                 continue
             missing = ladder(self.sweep, self.book, rec)

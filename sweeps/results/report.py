@@ -30,6 +30,7 @@ from sweeps.protocol import (
     seed_column_prefix,
 )
 from sweeps.results import plots
+from sweeps.results.export import worse_than_base
 from sweeps.results.importance import importance
 from sweeps.state.atomic import write_text
 
@@ -278,6 +279,7 @@ def summary_of(res: Results) -> dict[str, Any]:
         "importance": importance(res.folder, res.name, res.objectives, res.search, res.space),
         "stable_yamls": res.stable,
         "best_yaml": str(res.folder / res.stable[0]) if res.stable else None,
+        "worse_than_base": worse_than_base(res.folder / res.stable[0]) if res.stable else None,
     }
 
 

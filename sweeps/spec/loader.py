@@ -26,7 +26,7 @@ from pydantic import (
 
 from sweeps.errors import SpecError, a_type
 from sweeps.rules.settings import RuleSettings
-from sweeps.spec import strict_yaml
+from sweeps.spec import hydra_config, strict_yaml
 from sweeps.spec.config_paths import collision, split_path, with_values
 from sweeps.spec.space import (
     KNOB_TYPES,
@@ -405,10 +405,16 @@ def _space_file(rel: str, dirs: Dirs) -> Path:
 
 
 def _base_config(value: str | dict[str, Any] | None, dirs: Dirs) -> dict[str, Any]:
+    """The base config: a mapping inline, a YAML file, or a Hydra primary config (a file
+    with a ``defaults:`` list, composed by Hydra: :mod:`sweeps.spec.hydra_config`)."""
     if value is None:
         return {}
-    data = read_yaml(_resolve(value, dirs), "base_config") if isinstance(value, str) \
-        else value
+    data = value
+    if isinstance(value, str):
+        path = _resolve(value, dirs)
+        data = read_yaml(path, "base_config")
+        if hydra_config.is_hydra(data):
+            data = hydra_config.compose(path)
     if data is None:
         data = {}
     if not isinstance(data, Mapping):

@@ -44,12 +44,33 @@ def on_sys_path(paths: Sequence[str]) -> Iterator[None]:
         sys.path[:] = saved
 
 
+def _forget_shadowed(module_name: str, paths: Sequence[str]) -> None:
+    """Drop an imported ``module_name`` that is another file than the one ``paths`` hold:
+    two sweeps in one process whose trainers are both ``train.py`` beside their sweep
+    files must each get their own."""
+    loaded = sys.modules.get(module_name)
+    where = getattr(loaded, "__file__", None)
+    if loaded is None or where is None:
+        return
+    rel = Path(*module_name.split("."))
+    for folder in paths:
+        for candidate in (Path(folder) / rel.with_suffix(".py"),
+                          Path(folder) / rel / "__init__.py"):
+            if candidate.is_file():
+                if candidate.resolve() != Path(where).resolve():
+                    for name in [m for m in sys.modules
+                                 if m == module_name or m.startswith(module_name + ".")]:
+                        del sys.modules[name]
+                return
+
+
 def load_trainer(target: str, paths: Sequence[str] = (), key: str = "trainer") -> Trainer:
     """Import ``module:function`` and check it can be called as ``train(config, report)``."""
     module_name, sep, func_name = target.partition(":")
     if not sep or not module_name or not func_name:
         raise SpecError(key, f"{target!r} is not of the form module:function",
                         "write e.g. 'sweeps.trainers.direction:train' or 'my_train:train'")
+    _forget_shadowed(module_name, paths)
     try:
         with on_sys_path(paths):
             module = importlib.import_module(module_name)

@@ -53,6 +53,9 @@ MARKER_FILE = ".sweeps-results"
 #: of them without the marker is a results folder of an earlier version).
 LEGACY_SIGNS = ("sweep_state.json",)
 _BOOKKEEPING = frozenset({LOCK_FILE, OWNER_FILE, MARKER_FILE})
+#: What sweeps itself may leave in a folder without its marker, and which command did.
+_LEFT_BY_SWEEPS = {"inductor_cache": "a compile cache, which `sweeps try` used to keep there",
+                   "preflight.md": "`sweeps preflight`", "stability": "`sweeps stability`"}
 #: errno values of a file system without (working) ``flock``.
 _NO_FLOCK = frozenset({errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL})
 
@@ -107,6 +110,13 @@ def check_ours(folder: Path, command: str) -> None:
     if is_results_folder(folder):
         return
     others = sorted(p.name for p in folder.iterdir() if p.name not in _BOOKKEEPING)
+    if others and all(name in _LEFT_BY_SWEEPS for name in others):
+        left = "; ".join(f"{name}: {_LEFT_BY_SWEEPS[name]}" for name in others)
+        raise ForeignFolder(
+            str(folder), f"has no {MARKER_FILE} marker and holds only what sweeps itself "
+            f"left there ({left})",
+            f"mark it as a results folder: touch {shlex.quote(str(folder / MARKER_FILE))} "
+            f"(or remove {', '.join(others)})")
     if others:
         shown = ", ".join(others[:4]) + (", ..." if len(others) > 4 else "")
         raise ForeignFolder(

@@ -8,6 +8,7 @@ LR is the one actually in the optimizer, not the one the config asked for.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable
 
 import torch
@@ -20,8 +21,14 @@ class Monitor:
         model: the module being trained, or an iterable of its parameters.
         optimizer: the optimizer whose first param group's LR is reported.
             Optional; without it no ``lr`` is reported.
-        grad_clip: the clip threshold the loop applies, if any. When given,
-            ``clipped`` (1.0 or 0.0) says whether this step's norm exceeded it.
+        grad_clip: the clip threshold the loop applies, if any. When above 0,
+            ``clipped`` (1.0 or 0.0) says whether this step's norm exceeded it. 0 or
+            None mean no clipping, as in the shipped search spaces: call
+            :meth:`clip` (which does nothing then), or skip ``clip_grad_norm_`` at 0
+            yourself, since ``clip_grad_norm_(params, 0)`` scales every gradient to
+            zero. With an ``optimizer``, a step whose gradients were all zeroed after
+            :meth:`measure` saw them (a clip to 0) is reported as ``zeroed_grads`` 1.0
+            with a warning.
 
     Example:
         >>> model = torch.nn.Linear(3, 1)
@@ -45,7 +52,39 @@ class Monitor:
         params = model.parameters() if isinstance(model, torch.nn.Module) else model
         self._params = [p for p in params if p.requires_grad]
         self._optimizer = optimizer
-        self._grad_clip = grad_clip
+        if grad_clip is not None and not grad_clip >= 0:
+            raise ValueError(f"grad_clip={grad_clip!r}: a clip threshold is >= 0 (0 or None: "
+                             "no clipping)")
+        self._grad_clip = float(grad_clip) if grad_clip else None
+        self._measured_norm = 0.0  # the last measure's norm, checked when the step runs
+        self._zeroed = False
+        self._warned = False
+        inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper holds one
+        if isinstance(inner, torch.optim.Optimizer):
+            inner.register_step_pre_hook(self._before_step)
+
+    def clip(self) -> float | None:
+        """Clip the gradients to ``grad_clip`` (nothing when it is 0 or None); the total
+        norm before clipping, or None when it did not clip."""
+        if self._grad_clip is None:
+            return None
+        return float(torch.nn.utils.clip_grad_norm_(self._params, self._grad_clip))
+
+    def _before_step(self, *_: object) -> None:
+        """Optimizer step pre-hook: were the gradients measured non-zero all zeroed since?"""
+        if not self._measured_norm > 0 or not math.isfinite(self._measured_norm):
+            return
+        grads = [p.grad for p in self._params if p.grad is not None]
+        if grads and all(not bool(g.any()) for g in grads):
+            self._zeroed = True
+            if not self._warned:
+                self._warned = True
+                warnings.warn(
+                    f"every gradient was zero at optimizer.step() although Monitor measured "
+                    f"a grad norm of {self._measured_norm:.3g}: something scaled them to zero "
+                    "in between, e.g. clip_grad_norm_(params, 0); 0 means no clipping in "
+                    "the search spaces: skip the clip at 0 or call monitor.clip()",
+                    RuntimeWarning, stacklevel=3)
 
     def grad_stats(self) -> tuple[float, int, int]:
         """Total L2 grad norm, non-finite grad element count, dead parameter count."""
@@ -74,6 +113,7 @@ class Monitor:
         *,
         pred: torch.Tensor | None = None,
         target: torch.Tensor | None = None,
+        lr: float | None = None,
     ) -> dict[str, float]:
         """Metrics for this step. Call after ``backward()``, before clip and ``zero_grad``.
 
@@ -83,15 +123,23 @@ class Monitor:
         (an integer ``target``) get neither: a classifier that collapses onto one
         class sits at the random-guess loss, which flat_at_baseline catches, while a
         healthy one predicting mostly the frequent classes early on is no collapse.
+
+        ``lr``: the LR this step uses, for a loop that updates the parameters itself
+        (``p.data.add_(p.grad, alpha=-lr)``) and has no optimizer to read it from; it
+        wins over the optimizer's.
         """
         metrics: dict[str, float] = {}
+        if self._zeroed:  # the previous step ran on zeroed gradients
+            metrics["zeroed_grads"] = 1.0
+            self._zeroed = False
         if loss is not None:
             metrics["loss"] = float(loss.detach().item() if torch.is_tensor(loss) else loss)
         grad_norm, nonfinite, dead = self.grad_stats()
         metrics["grad_norm"] = grad_norm
         metrics["nonfinite_grads"] = float(nonfinite)
         metrics["dead_params"] = float(dead)
-        lr = self.lr()
+        self._measured_norm = grad_norm
+        lr = float(lr) if lr is not None else self.lr()
         if lr is not None:
             metrics["lr"] = lr
         if self._grad_clip is not None:

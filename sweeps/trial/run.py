@@ -74,16 +74,18 @@ def trial_settings(sweep: Sweep, values: dict[str, Any]) -> RuleSettings:
     return rules.model_copy(update=update) if update else rules
 
 
-def prepare_process(sweep: Sweep, threads: int) -> None:
+def prepare_process(sweep: Sweep, threads: int, *, shared_cache: bool = True) -> None:
     """Per-process setup for running trials: the trainer's folders on ``sys.path``, torch
-    threads and the shared compile cache."""
+    threads and, with ``shared_cache``, the compile cache the sweep's trials share in its
+    results folder (``sweeps try`` keeps torch's own: it must leave nothing in a results
+    folder that ``sweeps run`` would refuse)."""
     import torch
 
     add_search_paths(sweep.trainer_paths)
 
     torch.set_num_threads(max(1, threads))
-    cache = sweep.output_dir / "inductor_cache"
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
+    if shared_cache:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(sweep.output_dir / "inductor_cache")
 
 
 def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink,
@@ -131,6 +133,8 @@ def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink,
         verdict = Verdict(reason, _last_step(reporter),
                           {"error": gpu.with_peak(error) if reason == "oom" else error})
         return _crashed(reporter, sink, verdict, format_exception(exc))
+    if reporter.verdict is not None and not reporter.observe:
+        return reporter  # a rule fired and the trainer (or its framework) ended quietly
     if not reporter.history:
         return _crashed(reporter, sink, Verdict("crash", 0, {
             "error": "the trainer returned without calling report"}))

@@ -45,7 +45,7 @@ def try_trial(sweep: Sweep, sets: dict[str, Any], *, steps: int | None = None,
     if extra:
         sweep = _with_base(sweep, extra)
     console.print("try: " + ", ".join(f"{k}={v}" for k, v in {**values, **extra}.items()))
-    prepare_process(sweep, int(sweep.spec.resources.cpu))
+    prepare_process(sweep, int(sweep.spec.resources.cpu), shared_cache=False)
 
     evidence: dict[str, Any] = {}
 

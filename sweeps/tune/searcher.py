@@ -38,7 +38,7 @@ from sweeps.results.warm_start import searched
 from sweeps.spec.config_paths import get_path
 from sweeps.spec.loader import Sweep
 from sweeps.spec.space import central_value, contains, optuna_space
-from sweeps.trial.lr_check import lr_ignored
+from sweeps.trial.knob_check import inert_knob
 from sweeps.tune import compat
 
 #: Optuna constraint name: 1.0 (violated) for a trial that ended unstable or crashed.
@@ -155,7 +155,7 @@ class StabilityAwareSearch(OptunaSearch):
         steps all trials ran so far) and settling the race's leader
         (:meth:`Race.reserve`) leave some of the step budget."""
         budget = self.book.sweep.spec.budget
-        if getattr(self, "lr_problem", None):  # the sweep tunes nothing: start no more
+        if getattr(self, "inert", None):  # a searched knob does nothing: start no more
             return False
         if budget.trial_cap is not None and \
                 len(compat.optuna_search_trials(self)) >= budget.trial_cap:
@@ -175,7 +175,7 @@ class StabilityAwareSearch(OptunaSearch):
         search_open = self._search_open(spent)
         busy = {owner for t, owner in self._race_runs.items() if t in in_flight}
         fits = budget.total_steps is None or spent < budget.total_steps
-        if fits and not getattr(self, "lr_problem", None) and \
+        if fits and not getattr(self, "inert", None) and \
                 len(busy) < (1 if search_open else budget.concurrent):
             run = self.race.next_run(busy, searching=search_open)
             if run is not None:
@@ -216,8 +216,8 @@ class StabilityAwareSearch(OptunaSearch):
         ot_trials = compat.optuna_search_trials(self)
         if trial_id in completed or trial_id not in ot_trials:
             return
-        if not getattr(self, "lr_problem", None):
-            self.lr_problem = lr_ignored(self.book.trials.values())
+        if not getattr(self, "inert", None):
+            self.inert = inert_knob(self.book.trials.values())
         if rec.status == OK and self.race.wants(rec):
             self._deferred.add(trial_id)
             return

@@ -36,4 +36,6 @@ def test_write_config_writes_atomically_and_reads_back(linreg_sweep: Sweep,
     path = tmp_path / "out" / "best.yaml"
     assert write_config(path, linreg_sweep, {"lr": 0.5}, {}) == path
     assert yaml.safe_load(path.read_text())["train"]["lr"] == 0.5
-    assert [p.name for p in path.parent.iterdir()] == ["best.yaml"]
+    assert sorted(p.name for p in path.parent.iterdir()) == ["best.overrides", "best.yaml"], \
+        "no temporary file left behind"
+    assert path.with_suffix(".overrides").read_text() == "train.lr=0.5\n"

@@ -39,7 +39,25 @@ def test_the_base_config_races_first_then_the_best_keep_by_their_mean(tmp_path: 
     assert base_trial(sweep, book) is base
     race = Race(sweep, book)
     assert [r.trial_id for r in race.contenders()] == ["base", "better", "good"]
-    assert race.wants(good) and not race.wants(worse) and not race.wants(pruned)
+    assert race.wants(base) and race.wants(better), "the base config and the leader"
+    assert not race.wants(good) and not race.wants(worse) and not race.wants(pruned)
+
+
+def test_where_seeds_agree_only_the_leader_is_screened_and_all_once_they_disagree(
+        tmp_path: Path) -> None:
+    sweep = _sweep(tmp_path, base=False, keep=3)
+    best, second, third = (rec(t, values={"lr": lr}, val_loss=v) for t, lr, v in
+                           (("best", 0.03, 0.1), ("second", 0.05, 0.2), ("third", 0.01, 0.3)))
+    book = book_of(sweep, best, second, third)
+    race = Race(sweep, book)
+    assert [r.trial_id for r in race.screening()] == ["best"]
+    screen = race.next_run(busy=set(), searching=True)
+    assert (screen[ROLE_KEY], screen[SEED_KEY]) == ("confirm:best", 1)
+    assert race.next_run(busy={"best"}, searching=True) is None, "no challenger to screen"
+    book.trials["r1"] = _rerun("best", 1, 0.9)  # the leader fails its screen: fragile
+    assert race.disagreed()
+    assert [r.trial_id for r in race.screening()] == ["second", "third"]
+    assert race.wants(third)
 
 
 def test_a_fragile_seed_drops_a_config_and_the_next_one_moves_up(tmp_path: Path) -> None:
@@ -81,10 +99,11 @@ def test_while_searching_the_race_runs_screens_only(tmp_path: Path) -> None:
     book.trials["p"] = _rerun("best", 0, 0.1, kind="probe")
     book.trials["r2"] = _rerun("best", 2, 0.1)
     assert race.next_run(busy=set(), searching=False)[ROLE_KEY] == "probe:second"
-    third = rec("third", values={"lr": 0.04}, val_loss=0.15)
-    book.trials["third"] = third
+    book.trials["behind"] = rec("behind", values={"lr": 0.04}, val_loss=0.15)
+    assert race.next_run(busy={"best"}, searching=True) is None, "not a challenger"
+    book.trials["third"] = rec("third", values={"lr": 0.02}, val_loss=0.05)
     screen = race.next_run(busy={"best"}, searching=True)
-    assert (screen[ROLE_KEY], screen[SEED_KEY]) == ("confirm:third", 1), "screens go on"
+    assert (screen[ROLE_KEY], screen[SEED_KEY]) == ("confirm:third", 1), "the challenger's"
 
 
 def test_the_search_leaves_the_steps_that_settle_the_leader(tmp_path: Path) -> None:
@@ -118,3 +137,4 @@ def test_nothing_races_without_seeds_or_a_probe(tmp_path: Path) -> None:
 
 def test_owner_of_a_role() -> None:
     assert owner_of("probe:abc") == "abc" and owner_of("base") is None
+

@@ -1,0 +1,105 @@
+"""Does the trainer read the knobs? Checked on the search trials as they end.
+
+A ``write_back`` path the trainer never reads makes a sweep spend its budget on a knob
+that does nothing; where the trials show it, the sweep stops after a few of them
+(``sweeps run`` exits 2 naming the path):
+
+- ``lr``: where the trainer reports ``lr`` (``sweeps.Monitor`` does), the reported peak
+  LR scales with the sampled ``lr`` (a warmup or decay schedule scales it by the same
+  factor in every trial). When trials whose sampled ``lr`` spans ten times or more all
+  report the same peak, the knob does not reach the optimizer.
+- ``compile``: every trial records what torch compiled. When the trials labelled with a
+  compiled mode all compiled no graph at all, the trainer never compiles (it does not
+  read the compile knob's path, or never calls ``sweeps.compile_model``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sweeps.protocol import CRASH, SEARCH
+from sweeps.record import objectives
+from sweeps.record.book import TrialRecord
+
+#: Sampled LRs must span at least this factor before the check can tell.
+MIN_SPAN = 10.0
+#: Reported peaks within this relative band count as "the same LR".
+SAME_PEAK = 0.1
+MIN_TRIALS = 3
+
+
+def peaks(records: Iterable[TrialRecord]) -> list[tuple[float, float]]:
+    """``(sampled lr, reported peak lr)`` of every finished search trial that has both."""
+    out = []
+    for rec in records:
+        sampled = rec.values.get("lr")
+        reported = objectives.series(rec.history, "lr")
+        if rec.role != SEARCH or not rec.finished or not reported or \
+                not isinstance(sampled, (int, float)) or sampled <= 0 or max(reported) <= 0:
+            continue
+        out.append((float(sampled) * rec.lr_scale, max(reported)))
+    return out
+
+
+def lr_ignored(records: Iterable[TrialRecord]) -> str | None:
+    """Why the trainer's LR does not follow the ``lr`` knob, or None (see the module doc)."""
+    pairs = peaks(records)
+    if len(pairs) < MIN_TRIALS:
+        return None
+    sampled = [s for s, _ in pairs]
+    reported = [r for _, r in pairs]
+    if max(sampled) / min(sampled) < MIN_SPAN:
+        return None
+    if max(reported) > min(reported) * (1 + SAME_PEAK):
+        return None
+    return (f"{len(pairs)} search trials sampled lr from {min(sampled):.3g} to "
+            f"{max(sampled):.3g}, and every one reported the same optimizer LR (peak "
+            f"{max(reported):.3g}): the trainer does not read the lr knob's write_back path")
+
+
+def compile_ignored(records: Iterable[TrialRecord]) -> str | None:
+    """Why the trainer does not compile what the ``compile`` knob asks, or None: the first
+    :data:`MIN_TRIALS` search trials labelled with a compiled mode that finished (not
+    crashed) and sent their compile evidence all compiled no graph."""
+    from sweeps.trial.compile import compile_mode
+
+    labelled = [rec for rec in records
+                if rec.role == SEARCH and rec.finished and rec.status != CRASH
+                and rec.compile is not None
+                and compile_mode(rec.values.get("compile", "none")) != "none"]
+    if len(labelled) < MIN_TRIALS or any(rec.compile.get("graphs") for rec in labelled):
+        return None
+    modes = sorted({str(rec.values["compile"]) for rec in labelled})
+    return (f"{len(labelled)} search trials were labelled compile={'/'.join(modes)} and "
+            "not one compiled a graph: the trainer does not read the compile knob's "
+            "write_back path (or never calls sweeps.compile_model), so the knob does nothing")
+
+
+@dataclass(frozen=True)
+class InertKnob:
+    """A searched knob the trials show the trainer ignores: why, and the fix."""
+
+    knob: str
+    why: str
+    fix: str
+
+    @property
+    def key(self) -> str:
+        return f"write_back.{self.knob}"
+
+
+def inert_knob(records: Iterable[TrialRecord]) -> InertKnob | None:
+    """The first searched knob the finished search trials show the trainer ignores."""
+    records = list(records)
+    why = lr_ignored(records)
+    if why:
+        return InertKnob("lr", why, "point write_back.lr at the key your trainer builds its "
+                         "optimizer from (`sweeps try FILE --set lr=...` shows the LR it "
+                         "reports)")
+    why = compile_ignored(records)
+    if why:
+        return InertKnob("compile", why, "point write_back.compile at the key your trainer "
+                         "passes to sweeps.compile_model(model, mode), or drop the knob: "
+                         "`compile: none` in search_space")
+    return None

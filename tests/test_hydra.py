@@ -1,0 +1,87 @@
+"""Hydra users: a base config with a ``defaults:`` list is composed by Hydra itself, and every
+handed-over config is also an override list that Hydra composes into the same config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sweeps.errors import SpecError
+from sweeps.spec.hydra_config import overrides
+from sweeps.spec.loader import load_sweep
+from tests.conftest import copy_sweepfiles, edit_linreg, run_cli_in
+
+
+def _hydra_linreg(folder: Path) -> Path:
+    """The linreg sweep with its base config split into a Hydra primary config and a
+    config group ``train`` (option ``sgd``)."""
+    copy_sweepfiles(folder)
+    (folder / "conf" / "train").mkdir(parents=True)
+    (folder / "conf" / "config.yaml").write_text(
+        "defaults:\n  - train: sgd\n  - _self_\nexperiment: linreg\n"
+        "notes:\n  lr_seen: ${train.lr}\n")
+    (folder / "conf" / "train" / "sgd.yaml").write_text("lr: 0.1\nsteps: 60\nfail: none\n")
+    edit_linreg(folder, base_config="conf/config.yaml")
+    return folder
+
+
+def _compose(conf: Path, argv: list[str]) -> dict:
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(conf), version_base=None):
+        return OmegaConf.to_container(compose("config", overrides=argv), resolve=False)
+
+
+def test_a_hydra_base_config_is_composed_by_hydra(tmp_path: Path) -> None:
+    folder = _hydra_linreg(tmp_path)
+    sweep = load_sweep(folder / "linreg.yaml", workdir=folder, import_trainer=False)
+    assert sweep.base_config["train"] == {"lr": 0.1, "steps": 60, "fail": "none"}
+    assert sweep.base_config["notes"] == {"lr_seen": "${train.lr}"}, "interpolations kept"
+    assert "defaults" not in sweep.base_config
+    (folder / "conf" / "config.yaml").write_text("defaults:\n  - train: adam\n")
+    with pytest.raises(SpecError) as caught:
+        load_sweep(folder / "linreg.yaml", workdir=folder, import_trainer=False)
+    assert caught.value.key == "base_config" and "Hydra could not compose" in str(caught.value)
+
+
+def test_override_lists_quote_what_hydra_would_misread() -> None:
+    base = {"training": {"lr": 0.1, "compile": "none", "tag": "a"}}
+    assert overrides(base, {"training.lr": 0.0031, "training.compile": "none",
+                            "training.tag": "x y", "model.width": 64}) == [
+        "training.lr=0.0031", "training.compile='none'", "training.tag='x y'",
+        "+model.width=64"]
+
+
+@pytest.mark.slow
+def test_the_override_list_composes_into_the_handed_over_config(tmp_path, ray_session):
+    folder = _hydra_linreg(tmp_path)
+    edit_linreg(folder, budget={"trials": 3, "max_steps": 30, "scheduler": "none"},
+                confirm={"seeds": 0, "lr_probe": 0})
+    assert run_cli_in(folder, "run", "linreg.yaml", "--quiet", "--no-preflight") == 0
+    stable = sorted((folder / "results" / "linreg" / "stable").glob("rank-*.yaml"))
+    assert stable
+    for path in stable:
+        line = path.with_suffix(".overrides").read_text().strip()
+        assert line.startswith("train.lr=")
+        exported = yaml.safe_load(path.read_text())
+        assert _compose(folder / "conf", line.split()) == exported
+
+
+def test_the_hydra_example_validates_and_its_entry_point_takes_overrides(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "hydra"
+    sweep = load_sweep(example / "sweep.yaml", workdir=tmp_path, import_trainer=False)
+    assert sweep.base_config["training"]["lr"] == 3.0e-3
+    line = " ".join(overrides(sweep.base_config, sweep.values_by_path(
+        {"lr": 0.002, "dropout": 0.05, "compile": "none"})))
+    done = subprocess.run(
+        [sys.executable, str(example / "train.py"), *line.split(), "training.max_steps=4",
+         "training.eval_every=4", f"hydra.run.dir={tmp_path}", "hydra.output_subdir=null"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "regression-adam: val_loss" in done.stdout and "at step 4" in done.stdout

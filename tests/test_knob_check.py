@@ -1,0 +1,92 @@
+"""A sweep whose lr or compile knob never reaches the trainer stops early and says so
+(exit 2)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import pytest
+
+from sweeps.record.book import TrialRecord
+from sweeps.trial.knob_check import compile_ignored, inert_knob, lr_ignored
+from tests.conftest import edit_linreg, run_cli_in
+
+
+def _rec(i: int, sampled: float, peak: float, role: str = "search") -> TrialRecord:
+    rec = TrialRecord(trial_id=str(i), values={"lr": sampled}, seed=0, role=role)
+    rec.history = [{"step": 1, "lr": peak / 10}, {"step": 2, "lr": peak}]
+    rec.finished = True
+    return rec
+
+
+def _run_refused(folder, name: str) -> tuple[str, list[str]]:
+    """``sweeps run`` of the edited linreg sweep, which must exit 2: its stderr and the
+    roles of the trials that ran."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert run_cli_in(folder, "run", "linreg.yaml", "--quiet", "--no-preflight") == 2
+    ran = [json.loads(p.read_text().splitlines()[0])["trial"]["role"]
+           for p in (folder / "results" / name / "trials").glob("*.jsonl")]
+    return err.getvalue(), ran
+
+
+def test_the_same_reported_lr_across_a_tenfold_span_is_caught():
+    same = [_rec(i, lr, 0.1) for i, lr in enumerate((1e-4, 1e-2, 1.0))]
+    assert "does not read the lr knob's write_back path" in lr_ignored(same)
+    following = [_rec(i, lr, lr * 0.5) for i, lr in enumerate((1e-4, 1e-2, 1.0))]
+    assert lr_ignored(following) is None, "a schedule scales every trial alike"
+    narrow = [_rec(i, lr, 0.1) for i, lr in enumerate((0.01, 0.02, 0.05))]
+    assert lr_ignored(narrow) is None, "too narrow a span to tell"
+    assert lr_ignored(same[:2]) is None, "too few trials"
+    assert lr_ignored([_rec(i, lr, 0.1, role="confirm:x") for i, lr in
+                       enumerate((1e-4, 1e-2, 1.0))]) is None, "search trials only"
+
+
+@pytest.mark.slow
+def test_a_sweep_that_tunes_nothing_stops_and_exits_2(linreg_dir, ray_session):
+    edit_linreg(linreg_dir, name="deaf", new_keys=True,
+                write_back={"lr": "train.lr_unused"},  # the trainer reads train.lr
+                initial_points=[{"lr": lr} for lr in (1e-4, 1e-2, 1.0)],
+                budget={"trials": 12, "max_steps": 30, "concurrent": 2, "scheduler": "none"},
+                confirm={"seeds": 0})
+    err, ran = _run_refused(linreg_dir, "deaf")
+    assert "error: write_back.lr:" in err
+    assert "every one reported the same optimizer LR (peak 0.1)" in err
+    # the base config's trial and the three points; LR probes of the race that started
+    # before three search trials had finished
+    assert 3 <= ran.count("search") <= 5, "no trial starts once the problem is known"
+    assert len(ran) - ran.count("search") <= 2
+
+
+def _compiled(i: int, mode: str, graphs: int, status: str = "ok") -> TrialRecord:
+    rec = TrialRecord(trial_id=str(i), values={"compile": mode}, seed=0, role="search")
+    rec.history = [{"step": 1, "loss": 1.0}]
+    rec.finished, rec.status, rec.compile = True, status, {"graphs": graphs}
+    return rec
+
+
+def test_compiled_labels_that_never_compiled_a_graph_are_caught():
+    deaf = [_compiled(i, m, 0) for i, m in enumerate(("default", "none", "max-autotune",
+                                                       "default"))]
+    assert "not one compiled a graph" in compile_ignored(deaf)
+    assert inert_knob(deaf).key == "write_back.compile"
+    assert compile_ignored(deaf[:3]) is None, "two compiled labels are too few to tell"
+    assert compile_ignored([*deaf, _compiled(9, "default", 2)]) is None, "one compiled"
+    crashed = [_compiled(i, "default", 0, status="crash") for i in range(4)]
+    assert compile_ignored(crashed) is None, "a crash sent no evidence worth reading"
+
+
+@pytest.mark.slow
+def test_a_compile_knob_the_trainer_ignores_stops_the_sweep(linreg_dir, ray_session):
+    edit_linreg(linreg_dir, name="eager", new_keys=True,
+                search_space={"lr": {"type": "loguniform", "low": 1e-2, "high": 0.3},
+                              "compile": {"type": "categorical", "choices": ["none", "default"]}},
+                write_back={"lr": "train.lr", "compile": "train.compile_mode"},  # reads .compile
+                initial_points=[{"lr": 0.1, "compile": "default"}] * 3,
+                budget={"trials": 12, "max_steps": 30, "concurrent": 2, "scheduler": "none"},
+                confirm={"seeds": 0})
+    err, ran = _run_refused(linreg_dir, "eager")
+    assert "error: write_back.compile:" in err and "not one compiled a graph" in err
+    assert ran.count("search") <= 6, "no trial starts once the problem is known"

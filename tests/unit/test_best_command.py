@@ -1,0 +1,44 @@
+"""``sweeps best`` withholds a config the sweep measured worse than the base config (exit 1,
+nothing on stdout, so ``--config $(sweeps best DIR)`` cannot train it silently) unless
+``--allow-worse``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sweeps.commands.cli import main
+from sweeps.results.confirm import BaseReference, Confirmation, SeedRun, Selection
+from sweeps.results.export import write_config
+from sweeps.spec.loader import Objective
+from tests.unit.conftest import load_linreg
+
+
+def _selection(top_mean: float) -> Selection:
+    top = Confirmation("t", Objective(metric="val_loss"), 0.2, 2,
+                       search=SeedRun(0, "ok", None, None, top_mean),
+                       runs=[SeedRun(1, "ok", None, None, top_mean),
+                             SeedRun(2, "ok", None, None, top_mean)])
+    base = BaseReference({}, Objective(metric="val_loss"), [
+        SeedRun(s, "ok", None, None, 0.9) for s in (0, 1, 2)])
+    return Selection([top], base)
+
+
+@pytest.mark.parametrize("top_mean", [1.0, 0.8], ids=["worse", "better"])
+def test_best_withholds_a_config_worse_than_the_base(tmp_path: Path, capsys,
+                                                     top_mean: float) -> None:
+    sweep = load_linreg(tmp_path / "sweep")
+    folder = tmp_path / "results"
+    warning = _selection(top_mean).base_warning()
+    header = {"rank": "1 of 1 confirmed configs"} | ({"WARNING": warning} if warning else {})
+    path = write_config(folder / "stable" / "rank-01-t.yaml", sweep, {"lr": 0.1}, header)
+    code = main(["best", str(folder)])
+    out, err = capsys.readouterr()
+    if top_mean < 0.9:
+        assert (code, out.strip(), err) == (0, str(path), "")
+        return
+    assert code == 1 and out == "", "nothing a script could train by mistake"
+    assert "WORSE than your base config" in err and "--allow-worse" in err
+    assert main(["best", str(folder), "--allow-worse"]) == 0
+    assert capsys.readouterr().out.strip() == str(path)
