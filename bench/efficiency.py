@@ -161,6 +161,24 @@ BUILTIN = {
         "rules": {"baseline_loss": 1.0},  # MSE of predicting the mean of a standardised target
         "run_seeds": "lucky",
     },
+    # The oracle for the fragile case: its space cut at the LR edge (every config robust),
+    # searched on the same lucky run seeds: what the best robust config there gives on
+    # fresh seeds, which a hand-over on "fragile" should come within 10 % of.
+    "fragile-robust": {
+        "trainer": "bench.fragile:train",
+        "base": "bench/cases/fragile.yaml",
+        "overrides": {},
+        "space": {
+            "lr": {"type": "loguniform", "low": 1e-3, "high": 2e-2},
+            "weight_decay": {"type": "loguniform", "low": 1e-6, "high": 1e-2},
+            "dropout": {"type": "uniform", "low": 0.0, "high": 0.2},
+            "warmup": {"type": "int", "low": 0, "high": 50, "step": 10},
+        },
+        "write_back": {"lr": "training.lr", "weight_decay": "training.weight_decay",
+                       "dropout": "model.dropout", "warmup": "training.warmup_steps"},
+        "rules": {"baseline_loss": 1.0},
+        "run_seeds": "lucky",
+    },
 }
 
 
@@ -832,7 +850,7 @@ def main() -> None:
         cases.append((user.spec.name, user, steps, budget, None))
     else:
         quick = {"regression": (16, 200), "direction-mlp": (16, 200), "direction": (10, 120),
-                 "fragile": (24, 80)}
+                 "fragile": (24, 80), "fragile-robust": (24, 80)}
         for trainer in (list(DEFAULT_CASES) if args.trainer == "all" else [args.trainer]):
             trials, steps = quick[trainer] if args.quick else (args.trials, args.steps or 300)
             budget = trials * steps if args.quick else args.budget or trials * steps

@@ -2,7 +2,7 @@
 reduce-overhead, on the reference trainer (``trainers/direction.py``).
 
 Each cell runs ``--trials-per-slot`` x packing trials of the reference trainer through
-sweeps' own Ray Tune path (``runner.run_configs``: reused workers, a clean compiler
+sweeps' own Ray Tune path (``sweeps.tune.experiments.run_configs``: reused workers, a clean compiler
 state per trial, one compile cache per cell) on a Ray that has one GPU, with
 ``resources.gpu = 1 / packing`` and as many trials at once as fit. Trials per GPU-hour
 is trials x 3600 / wall seconds of the cell (cold compiles included: a sweep pays them);

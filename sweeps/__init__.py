@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from sweeps.rules.verdict import REASONS, Verdict
     from sweeps.trial.compile import COMPILE_MODES, compile_mode, compile_model
+    from sweeps.trial.contract import Report, TrialInfo
     from sweeps.trial.monitor import Monitor
+    from sweeps.trial.reporter import TrialStopped
 
 #: Public name -> the module that defines it.
 _LAZY: dict[str, str] = {
@@ -22,9 +24,13 @@ _LAZY: dict[str, str] = {
     "Monitor": "sweeps.trial.monitor",
     "REASONS": "sweeps.rules.verdict",
     "Verdict": "sweeps.rules.verdict",
+    "Report": "sweeps.trial.contract",
+    "TrialInfo": "sweeps.trial.contract",
+    "TrialStopped": "sweeps.trial.reporter",
 }
 
-__all__ = ["COMPILE_MODES", "Monitor", "REASONS", "Verdict", "compile_mode", "compile_model"]
+__all__ = ["COMPILE_MODES", "Monitor", "REASONS", "Report", "TrialInfo", "TrialStopped",
+           "Verdict", "compile_mode", "compile_model"]
 __version__ = "0.1.0"
 
 

@@ -89,3 +89,15 @@ def ray_session():
 
     with ray_running(num_cpus=2) as session:
         yield session
+
+
+@pytest.fixture
+def one_torch_thread():
+    """torch on one thread for the test (trainers compared step by step run alike), then
+    back to what it was."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

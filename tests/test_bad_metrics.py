@@ -53,7 +53,7 @@ def test_none_for_the_objective_is_a_bad_metric_and_none_elsewhere_is_not_report
         TrialReporter(RuleSettings(), seen.append)({"step": 1, "loss": [1.0, 2.0]})
 
 
-@pytest.mark.parametrize("fail", ["sys_exit", "os_exit"])
+@pytest.mark.parametrize("fail", ["sys_exit", "os_exit", "named_exit"])
 def test_a_trainer_that_exits_is_a_crash_with_its_exit_code(linreg_dir, fail):
     reporter, results = _run(linreg_dir, fail)  # this process survives os._exit
     assert reporter.verdict.reason == "trainer_exit" and reporter.verdict.step == 4
@@ -65,7 +65,7 @@ def test_a_trainer_that_exits_is_a_crash_with_its_exit_code(linreg_dir, fail):
 def test_exits_and_dead_workers_in_a_real_sweep(linreg_dir):
     """A trainer exit is one crash, not retried; a killed worker says which process died
     and where Ray's error file is."""
-    edit_linreg(linreg_dir, train={"fail": "os_exit"},
+    edit_linreg(linreg_dir, train={"fail": "named_exit"},  # `from os import _exit`
                 budget={"trials": 2, "concurrent": 2, "max_failures": 2},
                 confirm={"seeds": 0})
     assert run_cli_in(linreg_dir, "run", "linreg.yaml", "--quiet") == 1  # all crashed

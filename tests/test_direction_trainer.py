@@ -24,11 +24,8 @@ REQUIRED = ("step", "loss", "grad_norm", "lr", "nonfinite_grads", "dead_params",
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_thread(one_torch_thread):
+    """Every test here trains with one torch thread (see tests/conftest.py)."""
 
 
 def small_config(**sections) -> dict:

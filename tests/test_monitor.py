@@ -94,3 +94,16 @@ def test_class_labels_get_no_collapse_spread():
     assert metrics["grad_norm"] > 0
     regression = monitor.measure(loss, pred=logits, target=torch.randn(32, 10))
     assert regression["target_std"] > 0 and "pred_std" in regression
+
+
+def test_a_monitor_per_step_leaves_no_hooks_behind():
+    """One step pre-hook per live Monitor: a loop that builds a Monitor every step (as an
+    integration might) does not pile hooks onto the optimizer."""
+    import gc
+
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(50):
+        Monitor(model, opt)
+    gc.collect()
+    assert len(opt._optimizer_step_pre_hooks) <= 1

@@ -1,6 +1,6 @@
-"""The README's Monitor snippet, run as written, is right for every grad_clip the shipped
-spaces sample (0 = no clipping, and a real threshold), for a regressor and a classifier;
-and the mistake it warns of (clip_grad_norm_ at 0) is reported, not silent."""
+"""The Monitor snippet of docs/trainers.md, run as written, is right for every grad_clip
+the shipped spaces sample (0 = no clipping, and a real threshold), for a regressor and a
+classifier; and the mistake it warns of (clip_grad_norm_ at 0) is reported, not silent."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import torch
 
 from sweeps import Monitor
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+TRAINERS = Path(__file__).resolve().parent.parent / "docs" / "trainers.md"
 
 
 def _snippet() -> str:
-    text = README.read_text()
+    text = TRAINERS.read_text()
     section = text[text.index("### Adding `sweeps.Monitor` to an existing training loop"):]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
@@ -42,7 +42,7 @@ def _run(kind: str, grad_clip: float, lr: float = 0.05, steps: int = 50) -> list
                 "sweep": {"max_steps": steps}},
         "report": reports.append,
     }
-    exec(compile(_snippet(), str(README), "exec"), namespace)  # noqa: S102 - our own README
+    exec(compile(_snippet(), str(TRAINERS), "exec"), namespace)  # noqa: S102 - our own docs
     return reports
 
 

@@ -21,11 +21,8 @@ REQUIRED = ("step", "loss", "grad_norm", "lr", "pred_std", "target_std", "step_t
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_thread(one_torch_thread):
+    """Every test here trains with one torch thread (see tests/conftest.py)."""
 
 
 def config_with(**sections) -> dict:

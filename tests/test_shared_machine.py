@@ -305,6 +305,26 @@ def test_the_token_goes_over_https_or_to_loopback_only():
         assert not auth.token_may_go_to(url), url
 
 
+def test_a_localhost_name_is_judged_by_the_address_it_resolves_to(monkeypatch):
+    """``*.localhost`` names may point anywhere (a hosts file, a resolver): the token goes
+    over plain http only where every address the name resolves to is loopback."""
+    import socket
+
+    table = {"tunnel.localhost": ["127.0.0.1"], "evil.localhost": ["10.0.0.5"],
+             "both.localhost": ["127.0.0.1", "192.0.2.7"]}
+
+    def resolve(host, *args, **kwargs):
+        if host not in table:
+            raise socket.gaierror(host)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, 0)) for a in table[host]]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)  # a resolver we cannot plant for real
+    assert auth.token_may_go_to("http://tunnel.localhost:8265")
+    assert not auth.token_may_go_to("http://evil.localhost:8265")
+    assert not auth.token_may_go_to("http://both.localhost:8265")
+    assert not auth.token_may_go_to("http://unknown.localhost:8265"), "unresolved: no"
+
+
 class _Dashboard(BaseHTTPRequestHandler):
     """A stand-in Jobs API asking for the token; records every Authorization header."""
 

@@ -188,3 +188,19 @@ def test_a_key_given_twice_exits_2_naming_both_lines(file, linreg_dir, capsys, m
     assert f"line {len(lines) + 1}: key {key!r} is given twice (first on line {first + 1})" \
         in err
     assert "keep one of them" in err
+
+
+@pytest.mark.parametrize("line,key", [("budget: {trials: 4, trials: 1000000}", "trials"),
+                                      ("search_space: {lr: {type: loguniform, low: 1.0e-5, "
+                                       "high: 1.0}, lr: 5}", "lr")])
+def test_a_key_given_twice_on_one_line_exits_2(line, key, linreg_dir, capsys, monkeypatch):
+    path = linreg_dir / "linreg.yaml"
+    top, kept, skipping = line.split(":")[0] + ":", [], False
+    for ln in path.read_text().splitlines():  # drop that section (and its indented lines)
+        skipping = ln.startswith(top) or (skipping and ln.startswith(" "))
+        if not skipping:
+            kept.append(ln)
+    path.write_text("\n".join([*kept, line]) + "\n")
+    code, err = _run_cli(linreg_dir, path, capsys, monkeypatch)
+    assert code == 2
+    assert f"line {len(kept) + 1}: key {key!r} is given twice (on the same line)" in err

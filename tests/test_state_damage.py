@@ -148,12 +148,14 @@ def test_a_garbled_line_before_the_last_exits_2_naming_the_file_and_line(swept, 
 
 def _resume_refused(capsys, folder: Path, *names: str) -> str:
     before = _snapshot(folder)
-    assert main(["resume", str(folder), "--quiet"]) == 2
+    # a copy is another folder than the one its seal vouches for: trusted here, so that
+    # the checks of the state files themselves are what refuses
+    assert main(["resume", str(folder), "--quiet", "--trust-state"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "fix:" in err and "Traceback" not in err
     for name in names:
         assert name in err, (name, err)
-    assert _snapshot(folder) == before, "nothing written, nothing run"
+    assert _snapshot(folder) == before, ("nothing written, nothing run", err)
     return err
 
 
@@ -224,6 +226,23 @@ def test_a_cut_or_incomplete_trials_csv_stops_report(swept, tmp_path, capsys):
         assert (folder / "report.html").stat().st_mtime_ns == report
     (folder / "trials.csv").write_bytes(csv)
     assert main(["report", str(folder)]) == 0
+
+
+def test_report_on_outputs_a_dead_driver_left_half_written_exits_2(swept, tmp_path, capsys):
+    """The driver died after trials.csv, before pareto.csv and stable/ were whole: report
+    says the outputs are incomplete and that resume completes them (not "none", exit 0)."""
+    folder = _copy(swept, tmp_path / "half")
+    stable = sorted((folder / "stable").glob("rank-*.yaml"))
+    assert stable, "the module's sweep handed something over"
+    stable[0].unlink()
+    assert main(["report", str(folder), "--format", "json"]) == 2
+    err = capsys.readouterr().err
+    assert f"{stable[0].relative_to(folder)}: is listed in pareto.csv but missing" in err
+    assert f"sweeps resume {folder}" in err
+    (folder / "pareto.csv").unlink()
+    assert main(["report", str(folder)]) == 2
+    assert "pareto.csv: is missing: the sweep's outputs are incomplete" in \
+        capsys.readouterr().err
 
 
 def test_resume_drops_torn_tails_and_keeps_every_complete_trial(swept, capsys):

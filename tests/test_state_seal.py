@@ -1,9 +1,12 @@
-"""`sweeps resume` loads Ray Tune's pickled state only from folders this account's sweeps
-wrote and no other user can change; the check runs before Ray starts."""
+"""`sweeps resume` and `sweeps audit` load code only from folders this account's sweeps
+wrote, in that very folder, that no other user can change; the check runs before anything
+in the folder is read or written."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 
 import pytest
 
@@ -61,11 +64,54 @@ def test_resume_refuses_an_unsealed_folder_before_ray_starts(tmp_path, monkeypat
     before = sorted(p.name for p in folder.rglob("*"))
     assert main(["resume", str(folder), "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert f"no valid {SEAL_FILE}" in err and "--trust-state" in err
+    assert f"no {SEAL_FILE} that verifies here" in err and "--trust-state" in err
     assert not ray.is_initialized()
     assert (folder / "ray" / "tuner.pkl").read_bytes() == b"not a real pickle"
-    assert sorted(p.name for p in folder.rglob("*") if not p.name.startswith(".sweeps.")) \
-        == [p for p in before if not p.startswith(".sweeps.")]
+    assert sorted(p.name for p in folder.rglob("*")) == before, "nothing created"
+
+
+def _digest(folder):
+    def content(p):
+        if p.is_symlink():
+            return os.readlink(p)
+        return hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else ""
+
+    return {p.relative_to(folder).as_posix(): (p.lstat().st_mode, content(p))
+            for p in sorted(folder.rglob("*"))}
+
+
+def test_a_copied_seal_does_not_vouch_for_another_folder(tmp_path, monkeypatch):
+    """A folder shared once (a tarball sent away and back) or a seal copied into a planted
+    folder: the seal binds to the folder it was made in and to its sweep.yaml."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    mine = _results_folder(tmp_path)
+    seal(mine)
+    planted = tmp_path / "planted"
+    shutil.copytree(mine, planted)  # every byte the same, the seal included
+    with pytest.raises(SpecError) as info:
+        check(planted)
+    assert "not in this folder" in info.value.problem
+    (mine / "sweep.yaml").write_text("name: handed-over\ntrainer: evil:train\n")
+    with pytest.raises(SpecError):
+        check(mine)  # sweep.yaml names the trainer: changed behind the seal's back
+    with pytest.raises(SpecError) as info:
+        check(mine, command="audit")
+    assert "sweeps audit" in info.value.fix and "resume" not in info.value.fix
+
+
+def test_a_refused_resume_leaves_the_folder_byte_identical(tmp_path, monkeypatch, capsys):
+    """A journal with a torn last line, Optuna's journal lock: a refused resume neither
+    repairs, deletes, nor writes its own lock and owner files into the folder."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    folder = _results_folder(tmp_path)
+    (folder / "trials").mkdir()
+    (folder / "trials" / "abc.jsonl").write_text('{"trial": {"role": "search"}}\n{"torn')
+    (folder / "optuna.journal").write_text("")
+    os.symlink("nowhere", folder / "optuna.journal.lock")
+    before = _digest(folder)
+    assert main(["resume", str(folder), "--quiet"]) == 2
+    assert "--trust-state" in capsys.readouterr().err
+    assert _digest(folder) == before
 
 
 def test_a_home_that_cannot_be_written_leaves_the_folder_unsealed_not_the_run(tmp_path,

@@ -157,8 +157,9 @@ def test_crashing_trials_are_classified_and_the_sweep_goes_on(linreg_dir, ray_se
     assert "without calling report" in trials.loc["silent", "evidence"]
     errors = list((out / "trials").glob("*.error.txt"))
     assert len(errors) == 2 and all("Traceback" in e.read_text() for e in errors)
-    assert [p.name for p in (out / "stable").iterdir()] == [
-        f"rank-01-{trials.loc['none', 'trial_id']}.yaml"]
+    only = f"rank-01-{trials.loc['none', 'trial_id']}"
+    assert sorted(p.name for p in (out / "stable").iterdir()) == [
+        f"{only}.overrides", f"{only}.yaml"]
     study = optuna.load_study(study_name="linreg-crash",
                               storage=_journal(out))
     crashed = [t for t in study.trials if t.user_attrs.get("status") == "crash"]

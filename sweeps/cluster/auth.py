@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -71,8 +72,9 @@ def enable_for_driver(address: str | None) -> bool:
 
 def token_may_go_to(url: str) -> bool:
     """Whether the token may be sent to ``url`` unasked: over https, or over http to a
-    loopback address of this machine (127.0.0.0/8, ::1, ``localhost``: an SSH tunnel's
-    end). Anything else is plain text on a network.
+    host every address of which is a loopback address of this machine (127.0.0.0/8, ::1,
+    ``localhost`` where it resolves there: an SSH tunnel's end). Anything else is plain
+    text on a network.
 
     Example:
         >>> token_may_go_to("http://127.0.0.1:8265"), token_may_go_to("https://head:8265")
@@ -84,10 +86,23 @@ def token_may_go_to(url: str) -> bool:
     if parts.scheme == "https":
         return True
     host = (parts.hostname or "").rstrip(".")
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
+    if not host:
+        return False
+    return all(_is_loopback(address) for address in _addresses(host) or ["0.0.0.0"])
+
+
+def _addresses(host: str) -> list[str]:
+    """Every address ``host`` resolves to here (a name is decided by where it points, not
+    by how it is spelt: ``evil.localhost`` may point anywhere), none when it does not."""
     try:
-        ip = ipaddress.ip_address(host)
+        return [str(info[4][0]) for info in socket.getaddrinfo(host, None)]
+    except (OSError, UnicodeError):
+        return []
+
+
+def _is_loopback(address: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
         return False
     mapped = getattr(ip, "ipv4_mapped", None)

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
 from sweeps.cluster import auth
 from sweeps.errors import ClusterNotReady, SpecError
+from sweeps.terminal import console as make_console
 from sweeps.tune.compat import PACKAGING_LOGGER, WORKING_DIR_LOGGER
 
 if TYPE_CHECKING:
@@ -39,8 +39,8 @@ _NO_CLUSTER_FIX = ("start one (cluster/ray/start-local-cluster.sh), open the SSH
                    "head (ssh -N -L 8265:127.0.0.1:8265 HEAD) or pass --address http://HOST:8265; "
                    "the head's Python needs ray[default] for the Jobs API")
 
-console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+console = make_console()  # job messages, metadata and names printed as text, cleaned
+err_console = make_console(stderr=True)
 
 
 def jobs_address(address: str | None) -> str:
@@ -107,7 +107,7 @@ def connect(address: str | None, allow_insecure_token: bool = False) -> JobSubmi
         if not secure:
             err_console.print(f"warning: sending the Ray auth token over plain http to {url} "
                               "(--allow-insecure-token): anyone on the network path can read "
-                              "it and run code on the cluster", markup=False)
+                              "it and run code on the cluster")
         headers = {"Authorization": f"Bearer {found[0]}"}
         status = _probe(url, headers)
         if status in (401, 403):
@@ -257,7 +257,7 @@ def print_dry_run(sub: Any) -> int:
         shown = ", ".join(p.as_posix() for p in secrets[:8]) + (
             ", ..." if len(secrets) > 8 else "")
         lines.append(f"  never shipped (secrets): {shown}")
-    err_console.print("\n".join(lines), markup=False)
+    err_console.print("\n".join(lines))
     return 0
 
 
@@ -302,8 +302,7 @@ def _explain_failure(client: Any, job_id: str) -> None:
             "the job's Python has no sweeps: the Ray head runs jobs in the Python it was "
             "started from. Start the head from the environment where sweeps is installed "
             "(`ray start --head` with that environment active), or let the job install it: "
-            "`sweeps submit ... --pip sweeps` (or a path/URL pip can install).",
-            markup=False)
+            "`sweeps submit ... --pip sweeps` (or a path/URL pip can install).")
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -12,17 +12,20 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from rich.console import Console
 from rich.table import Table
 
 from sweeps.cluster.jobs import add_commands as add_cluster_commands
 from sweeps.cluster.slurm import add_commands as add_slurm_commands
+from sweeps.commands.audit import add_commands as add_audit_commands
 from sweeps.errors import ClusterNotReady, PreflightFailed, SpecError
 from sweeps.protocol import CRASH, OK, SEARCH, objective_column
-from sweeps.results.audit import add_commands as add_audit_commands
+from sweeps.terminal import clean, echo, flagged
+from sweeps.terminal import console as make_console
 
-console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+#: Every string printed here may hold text from a trainer, a knob or a results folder:
+#: these consoles print it as text, cleaned of escape codes (:mod:`sweeps.terminal`).
+console = make_console()
+err_console = make_console(stderr=True)
 
 
 def _fmt(v: Any) -> str:
@@ -99,7 +102,7 @@ def all_crashed(trials, folder: Path) -> int:
     path = folder / "trials" / f"{first['trial_id']}.error.txt"
     where = f"; traceback: {path}" if path.exists() else ""
     err_console.print(f"error: every search trial crashed ({len(search)}); the first: "
-                      f"{first['reason']} {first.get('evidence') or ''}{where}", markup=False)
+                      f"{first['reason']} {first.get('evidence') or ''}{where}")
     return 1
 
 
@@ -185,17 +188,17 @@ def cmd_best(args: argparse.Namespace) -> int:
     if not folder.is_dir():
         raise SpecError("DIR", f"no results folder at {folder}", "give e.g. results/<name>")
     if not files:
-        print(f"no confirmed stable config in {folder / 'stable'}", file=sys.stderr)
+        echo(f"no confirmed stable config in {folder / 'stable'}", file=sys.stderr)
         return 1
     from sweeps.results.export import header_lines, worse_than_base
 
     for line in header_lines(files[0]):  # the header says if it is unconfirmed or worse
         if "UNCONFIRMED" in line or line.startswith("WARNING"):
-            print(f"warning: {line}", file=sys.stderr)
+            echo(f"warning: {line}", file=sys.stderr)
     if worse_than_base(files[0]) and not args.allow_worse:
-        print(f"not printing {files[0]}: the sweep measured it worse than your base config "
-              "on the same fresh seeds; keep your base config, or pass --allow-worse to get "
-              "its path anyway", file=sys.stderr)
+        echo(f"not printing {files[0]}: the sweep measured it worse than your base config "
+             "on the same fresh seeds; keep your base config, or pass --allow-worse to get "
+             "its path anyway", file=sys.stderr)
         return 1
     print(files[0])
     return 0
@@ -216,7 +219,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(json.dumps(summary(folder), indent=2, default=str))
         return 0
     if args.format == "csv":
-        sys.stdout.write((folder / "trials.csv").read_text())
+        sys.stdout.write(clean((folder / "trials.csv").read_text()))  # no escape codes
         return 0
     pairs = []
     for pair in args.pair or []:
@@ -236,10 +239,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         console.print("candidates on fresh seeds: " + ", ".join(
             f"{k} {v}" for k, v in info["selection"].items()))
     for trial_id, why in info["fragile"].items():
-        console.print(f"  not handed over {trial_id}: {why}", markup=False)
+        console.print(f"  not handed over {trial_id}: {why}")
     console.print(f"best stable config: {info['best_yaml'] or 'none'}")
     if info["worse_than_base"]:
-        console.print(f"WARNING: {info['worse_than_base']}", markup=False)
+        console.print(f"WARNING: {info['worse_than_base']}")
     console.print(f"report: {page}")
     return 0
 
@@ -278,13 +281,12 @@ def print_top_trials(outcome) -> None:
     if col in ok:
         ok = ok.sort_values(col, ascending=first.mode == "min")
     console.print(f"top search trials by {first.metric} ({len(ok)} ok; every trial is in "
-                  "trials.csv):", markup=False)
+                  "trials.csv):")
     for _, row in ok.head(TOP_TRIALS).iterrows():
-        console.print(f"  {row['trial_id']}  {first.metric} {_fmt(row.get(col))}",
-                      markup=False)
+        console.print(f"  {row['trial_id']}  {first.metric} {_fmt(row.get(col))}")
         knobs = " ".join(f"{k}={_fmt(row.get(k))}" for k in sweep.space)
         for line in textwrap.wrap(knobs, width=74):
-            console.print(f"      {line}", markup=False)
+            console.print(f"      {line}")
 
 
 def print_trials_table(outcome) -> None:
@@ -314,12 +316,12 @@ def print_counts_and_selection(outcome) -> None:
     console.print(f"trials: {out / 'trials.csv'}  report: {outcome.report}")
     tracked = getattr(outcome, "tracking", None)
     if tracked and tracked.startswith("sqlite:"):
-        console.print(f"MLflow: mlflow ui --backend-store-uri {tracked}", markup=False)
+        console.print(f"MLflow: mlflow ui --backend-store-uri {tracked}")
     elif tracked:
-        console.print(f"MLflow: {tracked} (experiment {sweep.name})", markup=False)
+        console.print(f"MLflow: {tracked} (experiment {sweep.name})")
     else:
         console.print(f"MLflow: NOT LOGGED ({getattr(outcome, 'tracking_error', None)}); "
-                      f"see {out / 'tracking.txt'}", markup=False)
+                      f"see {out / 'tracking.txt'}")
 
 
 def print_selection(outcome) -> None:
@@ -331,26 +333,25 @@ def print_selection(outcome) -> None:
                   "candidate(s) judged on fresh seeds: "
                   + (", ".join(f"{n} {v}" for v, n in verdicts.items()) or "none"))
     for conf in chosen.fragile:
-        console.print(f"  {conf.verdict} {conf.trial_id}: {conf.fragile_reason}",
-                      markup=False)
+        console.print(f"  {conf.verdict} {conf.trial_id}: {conf.fragile_reason}")
     console.print("steps: " + ", ".join(f"{k} {v}" for k, v in chosen.steps.items() if v))
     for note in chosen.notes:
-        console.print(f"note: {note}", markup=False)
+        console.print(f"note: {note}")
     kind = "confirmed" if any(c.confirmed for c in chosen.handed_over) else "UNCONFIRMED"
     console.print(f"{len(outcome.stable_paths)} {kind} stable config(s) written, best first "
                   f"(mean {metric} over fresh seeds):")
     for conf, path in zip(chosen.handed_over, outcome.stable_paths, strict=False):
         mean = "-" if conf.mean is None else f"{conf.mean:.4g}"
         worst = "-" if conf.worst is None else f"{conf.worst:.4g}"
-        console.print(f"  {path}  ({metric} mean {mean}, worst seed {worst})", markup=False)
+        console.print(f"  {path}  ({metric} mean {mean}, worst seed {worst})")
     if not outcome.stable_paths:
         console.print("  (none: no candidate held on every fresh seed)")
     if chosen.base is not None and chosen.base.mean is not None:
         console.print(f"base config: mean {metric} {chosen.base.mean:.4g} on the same seeds")
     if chosen.base_line():
-        console.print(f"note: {chosen.base_line()}", markup=False)
+        console.print(f"note: {chosen.base_line()}")
     for warning in outcome.warnings:
-        console.print(f"[bold red]WARNING[/]: {warning}")
+        console.print(flagged("WARNING", f": {warning}"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -438,22 +439,53 @@ def build_parser() -> argparse.ArgumentParser:
     add_cluster_commands(sub)
     add_slurm_commands(sub)
     add_audit_commands(sub)
+    for name in ("run", "resume", "stability", "preflight"):
+        sub.choices[name].add_argument(
+            "--allow-shared-folder", action="store_true",
+            help="use a results folder (or root) another user owns or can write; they could "
+            "replace what it hands over")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from sweeps.state import folder_lock
+
+    folder_lock.allow_shared(bool(getattr(args, "allow_shared_folder", False)))
     try:
         return args.func(args)
     except SpecError as exc:
-        print(f"error: {exc.key}: {exc.problem}.\n  fix: {exc.fix}", file=sys.stderr)
+        echo(f"error: {exc.key}: {exc.problem}.\n  fix: {exc.fix}", file=sys.stderr)
         return SpecError.exit_code
     except (PreflightFailed, ClusterNotReady) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        echo(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         err_console.print("interrupted")
         return 130
+    except Exception as exc:
+        from sweeps.state.disk_full import message, no_room
+
+        full = no_room(exc)
+        if full is None:
+            raise
+        echo(message(full, _folder_of(args)), file=sys.stderr)
+        return 1
+
+
+def _folder_of(args: argparse.Namespace) -> Path | None:
+    """The results folder a command works on: DIR, or the sweep file's output folder."""
+    if getattr(args, "dir", None):
+        return Path(args.dir)
+    if getattr(args, "file", None):
+        from sweeps.spec.loader import load_sweep
+
+        try:
+            return load_sweep(args.file, workdir=Path.cwd(), import_trainer=False,
+                              output=getattr(args, "output", None)).output_dir
+        except (SpecError, OSError):
+            return None
+    return None
 
 
 if __name__ == "__main__":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -10,7 +9,6 @@ from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from sweeps.errors import PreflightFailed, SpecError
 from sweeps.protocol import SEARCH
@@ -25,17 +23,18 @@ from sweeps.results.files import (
     write_histories,
 )
 from sweeps.results.front import candidates, pareto_front
-from sweeps.results.report import SELECTION_NOTES, write_report
-from sweeps.results.tracking import TRACKING_NOTE, log_sweep, redact, scrub
+from sweeps.results.report import write_report
+from sweeps.results.tracking import log_sweep, redact, scrub
 from sweeps.results.tracking import tracking_uri as resolve_tracking_uri
-from sweeps.spec.loader import Sweep, load_sweep_dict, read_yaml
+from sweeps.spec.loader import Sweep
 from sweeps.state import check as state_check
-from sweeps.state import folder_lock
+from sweeps.state import folder_lock, saved_sweep
 from sweeps.state import seal as state_seal
 from sweeps.state.atomic import write_text
+from sweeps.state.layout import SELECTION_NOTES, STUDY_FILE, TRACKING_NOTE
 from sweeps.trial.knob_check import inert_knob
 from sweeps.tune.experiments import run_configs, run_search
-from sweeps.tune.searcher import STUDY_FILE, fail_interrupted, study_storage
+from sweeps.tune.searcher import fail_interrupted, study_storage
 from sweeps.tune.session import ray_running
 
 
@@ -57,7 +56,11 @@ class SweepOutcome:
 
 
 def _stderr(line: str) -> None:
-    print(line, file=sys.stderr)
+    """A warning or note on stderr, as text (folder names and tracking errors are not
+    markup, and their escape codes are removed)."""
+    from sweeps.terminal import echo
+
+    echo(line, file=sys.stderr)
 
 
 def preflight(sweep: Sweep, echo: Callable[[str], None] = _stderr) -> Sweep:
@@ -98,29 +101,25 @@ def archive_previous(out: Path) -> Path | None:
 
 
 def save_resolved(sweep: Sweep) -> None:
-    """A self-contained copy of the sweep (base config and space inline) for ``resume``."""
+    """A self-contained copy of the sweep (base config and space inline) for ``resume``,
+    and the folder's seal over it (:mod:`sweeps.state.seal`)."""
     out = sweep.output_dir
-    write_text(out / "sweep.yaml", yaml.safe_dump(sweep.resolved(), sort_keys=False))
-    write_text(out / "sweep_state.json", json.dumps({
-        "source": str(sweep.source or ""), "base_dir": str(sweep.base_dir),
-        "workdir": str(sweep.workdir)}, indent=2))
+    saved_sweep.save(sweep)
+    unsealed = state_seal.seal(out)
+    if unsealed:
+        _stderr(f"warning: the results folder is not sealed ({unsealed}); `sweeps "
+                "resume` of it will need --trust-state")
 
 
 def load_resolved(folder: Path) -> Sweep:
-    """The sweep saved in a results folder, with its results going back to that folder; its
-    trials run in the folder it was started from (the sweep file's, if the state lacks it)."""
-    folder = folder.resolve()
-    _require_sweep(folder)
-    state = state_check.read_sweep_state(folder)
-    data = read_yaml(folder / "sweep.yaml", "DIR/sweep.yaml")
-    base_dir, src = Path(state["base_dir"]), state.get("source")
-    workdir = Path(state.get("workdir") or base_dir)  # a state written without it
-    sweep = load_sweep_dict(data, base_dir=base_dir, workdir=workdir)
-    return replace(sweep, output_dir=folder, source=Path(src) if src else None)
+    """The sweep saved in a results folder (:func:`sweeps.state.saved_sweep.read`), or
+    exit 2 when the folder holds none."""
+    _require_sweep(Path(folder).resolve())
+    return saved_sweep.read(folder)
 
 
 def _require_sweep(folder: Path) -> None:
-    if not (folder / "sweep.yaml").is_file() or not (folder / "sweep_state.json").is_file():
+    if not saved_sweep.exists(folder):
         owner = folder_lock.in_use(folder)
         if owner is not None:  # a run that has not written them yet
             raise folder_lock.FolderInUse(str(folder), f"in use by {owner}",
@@ -147,10 +146,6 @@ def run_sweep(sweep: Sweep, *, address: str | None = None, progress: bool = True
         if check:
             sweep = preflight(sweep)
         sweep.output_dir.mkdir(parents=True, exist_ok=True)
-        unsealed = state_seal.seal(sweep.output_dir)
-        if unsealed:
-            _stderr(f"warning: the results folder is not sealed ({unsealed}); `sweeps "
-                    "resume` of it will need --trust-state")
         save_resolved(sweep)
         if warm is not None:  # read again: preflight may have dropped choices of a knob
             warm = warm_start.load(warm_from, sweep)
@@ -165,23 +160,27 @@ def resume_sweep(folder: Path, *, address: str | None = None, progress: bool = T
                  total_steps: int | None = None) -> SweepOutcome:
     """Continue a sweep whose driver died: finished trials are kept, unfinished ones re-run.
 
-    The folder is held first, then checked before anything runs: every state file whole
-    (torn last lines of the journals cut off, any other damage exit 2), and the folder
-    sealed by this account and writable by no other user (:mod:`sweeps.state.seal`;
-    ``trust_state`` skips that). The folder may have been moved or copied since its run.
+    The folder's seal is checked first, touching nothing: sealed by this account for this
+    very folder and writable by no other user (:mod:`sweeps.state.seal`; ``trust_state``
+    vouches for it instead, and seals it once it resumed). Then the folder is held and
+    every state file checked before anything runs (torn last lines of the journals cut
+    off, any other damage exit 2). The folder may have been moved since its run.
     ``total_steps`` raises the sweep's step budget first (saved with the sweep): the
     candidates the budget left unsettled are settled with the steps it adds."""
     folder = Path(folder).resolve()
     _require_sweep(folder)
+    state_seal.check(folder, trust=trust_state)  # before anything in it is touched
     with folder_lock.claim(folder, "resume"):
         state_check.check_for_resume(folder, echo=_stderr)
-        state_seal.check(folder, trust=trust_state)
         sweep = load_resolved(folder)
         if total_steps is not None:
             sweep = with_total_steps(sweep, total_steps)
-            save_resolved(sweep)
-        return _execute(sweep, address=address, progress=progress,
-                        tracking_uri=tracking_uri, resume=True)
+            save_resolved(sweep)  # and sealed again, over the new budget
+        outcome = _execute(sweep, address=address, progress=progress,
+                           tracking_uri=tracking_uri, resume=True)
+        if trust_state:  # vouched for and resumed: this account's folder from now on
+            state_seal.seal(folder)
+        return outcome
 
 
 def with_total_steps(sweep: Sweep, total: int) -> Sweep:

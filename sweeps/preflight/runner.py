@@ -95,7 +95,7 @@ def _checks(sweep: Sweep) -> tuple[Sweep, list[Finding]]:
     if sched is None:
         findings.append(Finding("schedule", "info", "the LR schedule was not checked: the "
                                 f"trainer module has no {SCHEDULER_HOOK}(config, optimizer)",
-                                "add the hook (README, Preflight) to have it checked"))
+                                "add the hook (docs/preflight.md) to have it checked"))
     if batch is not None:
         config = sweep.trial_config(_representative(sweep)[0], trial_id="preflight",
                                     seed=sweep.spec.seed)
@@ -111,7 +111,7 @@ def _checks(sweep: Sweep) -> tuple[Sweep, list[Finding]]:
     else:
         findings.append(Finding("inputs", "info", "the input scale was not checked: the "
                                 f"trainer module has no {BATCH_HOOK}(config)",
-                                "add the hook (README, Preflight) to have it checked"))
+                                "add the hook (docs/preflight.md) to have it checked"))
     return sweep, _dedupe(findings)
 
 

@@ -24,7 +24,6 @@ re-run's history).
 
 from __future__ import annotations
 
-import argparse
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -35,8 +34,10 @@ from typing import TYPE_CHECKING, Any
 from sweeps.errors import SpecError
 from sweeps.protocol import CRASH, OK, PRUNED, SEARCH, UNSTABLE
 from sweeps.record.objectives import metric_value, quality_gap, series
+from sweeps.state import saved_sweep
 from sweeps.state import seal as state_seal
 from sweeps.state.atomic import replace_dir, write_text
+from sweeps.terminal import echo as echo_clean
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -120,7 +121,7 @@ def read_trials(folder: Path) -> pd.DataFrame:
 
 def stopped_trials(trials: pd.DataFrame, pruned: bool = False) -> pd.DataFrame:
     """The search trials a rule stopped (and, with ``pruned``, those ASHA stopped), with
-    ``reason`` set to :data:`PRUNED` for the latter; in trials.csv order."""
+    ``reason`` set to ``pruned · <rule>`` (or ``pruned``) for the latter; in trials.csv order."""
     statuses = (UNSTABLE, PRUNED) if pruned else (UNSTABLE,)
     out = trials[(trials["role"] == SEARCH) & trials["status"].isin(statuses)].copy()
     diagnoses = out["diagnosis"] if "diagnosis" in out else [""] * len(out)
@@ -196,42 +197,42 @@ def _same_number(a: Any, b: Any) -> bool:
 # ---------------------------------------------------------------- re-running
 
 
-def rerun(sweep: Sweep, trainer: Callable, run: Rerun, steps: int) -> Rerun:
+def rerun(sweep: Sweep, run: Rerun, steps: int) -> Rerun:
     """Run the trainer once to ``steps`` with the rules only observing, from a clean compiler
     state (the re-runs share one process); a trainer exception ends the re-run as ``crash``."""
-    from sweeps.trial.compile import reset_compiler
-    from sweeps.trial.failures import (
-        TrainerExit,
-        classify,
-        exit_verdict,
-        format_exception,
-        process_exit_raises,
-    )
-    from sweeps.trial.reporter import TrialReporter, TrialStopped
-    from sweeps.trial.run import trainer_metrics, trial_settings, trial_values
+    import json
 
-    values = trial_values(sweep, run.values)  # no _lr_scale: search trials have none
-    reporter = TrialReporter(trial_settings(sweep, values), lambda result: None, observe=True,
-                             required=trainer_metrics(sweep))
-    config = sweep.trial_config(values, trial_id=run.trial_id, seed=run.seed, max_steps=steps)
-    config["sweep"]["checkpoint"] = None
-    reset_compiler()
-    try:
-        with process_exit_raises():
-            trainer(config, reporter)
-    except TrialStopped as stop:  # only a bad metric stops an observed run
-        run.status, run.why = CRASH, stop.verdict.summary()
-    except (SystemExit, TrainerExit) as exc:
-        run.status, run.why = CRASH, exit_verdict(exc, 0).summary()
-    except Exception as exc:  # noqa: BLE001 - a trainer error is this re-run's outcome
-        run.status, run.error = CRASH, format_exception(exc)
-        last = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ""
-        run.why = f"{classify(exc)}: {type(exc).__name__}: {last}"
-    if not reporter.history and run.status == OK:
-        run.status, run.why = CRASH, "crash: the trainer returned without calling report"
+    from sweeps.protocol import (
+        EVIDENCE_KEY,
+        REASON_KEY,
+        SEED_KEY,
+        STATUS_KEY,
+        STOP_STEP_KEY,
+        TRACEBACK_KEY,
+    )
+    from sweeps.trial.run import run_trainer
+
+    observed: list[dict[str, Any]] = []  # the result carrying the first verdict, the last one
+
+    def sink(result: dict[str, Any]) -> None:
+        if result.get(REASON_KEY) and result.get(STATUS_KEY) != CRASH and not observed:
+            observed.append(result)
+        final.clear()
+        final.update(result)
+
+    final: dict[str, Any] = {}
+    reporter = run_trainer(sweep, {**run.values, SEED_KEY: run.seed}, run.trial_id, sink,
+                           gpu_ids=None, observe=True, max_steps=steps)
+    if final.get(STATUS_KEY) == CRASH:
+        evidence = json.loads(final.get(EVIDENCE_KEY) or "{}")
+        error = evidence.get("error")
+        run.status = CRASH
+        run.why = f"{final[REASON_KEY]}: {error}" if error else str(final[REASON_KEY])
+        run.error = final.get(TRACEBACK_KEY)
     run.history = reporter.history
-    if reporter.verdict is not None:
-        run.verdict_reason, run.verdict_step = reporter.verdict.reason, reporter.verdict.step
+    if observed:
+        run.verdict_reason = observed[0][REASON_KEY]
+        run.verdict_step = int(observed[0].get(STOP_STEP_KEY, observed[0]["step"]))
     return run
 
 
@@ -417,13 +418,12 @@ def markdown(sweep_name: str, result: AuditResult, n_stopped: int, sample: int,
 
 def run_audit(folder: Path, *, sample: int = DEFAULT_SAMPLE, steps: int | None = None,
               pruned: bool = False, margin: float = DEFAULT_MARGIN,
-              echo: Callable[[str], None] = print,
+              echo: Callable[[str], None] = echo_clean,
               trust_state: bool = False) -> AuditResult | None:
     """Audit the stopped trials of the results folder ``folder`` (see the module
     docstring); None when there is nothing to audit (nothing is written then). The folder
     names the trainer to run, so it must be sealed by this account (``trust_state``:
     :mod:`sweeps.state.seal`)."""
-    from sweeps.commands.run import load_resolved
     from sweeps.spec.trainer_loader import load_trainer
     from sweeps.trial.run import prepare_process
 
@@ -449,8 +449,8 @@ def run_audit(folder: Path, *, sample: int = DEFAULT_SAMPLE, steps: int | None =
         kinds = "unstable or pruned" if pruned else "unstable"
         echo(f"nothing to audit: no search trial in {folder / 'trials.csv'} is {kinds}")
         return None
-    state_seal.check(folder, trust=trust_state)  # the trainer it names is about to run
-    sweep = load_resolved(folder)
+    state_seal.check(folder, trust=trust_state, command="audit")  # its trainer will run
+    sweep = saved_sweep.read(folder)
     objective = sweep.objectives[0]
     metric, mode = objective.metric, objective.mode
     rules = sweep.spec.rules
@@ -473,11 +473,11 @@ def run_audit(folder: Path, *, sample: int = DEFAULT_SAMPLE, steps: int | None =
             sweep.spec.seed if seed is None or (isinstance(seed, float) and math.isnan(seed))
             else int(seed)))
     prepare_process(sweep, int(sweep.spec.resources.cpu))
-    trainer = load_trainer(sweep.spec.trainer, sweep.trainer_paths)
+    load_trainer(sweep.spec.trainer, sweep.trainer_paths)  # a trainer that does not import: exit 2
     echo(f"auditing {len(runs)} of {len(stopped)} stopped trial(s) of sweep '{sweep.name}': "
          f"each re-run to {budget} steps with the rules only watching")
     for i, run in enumerate(runs, start=1):
-        rerun(sweep, trainer, run, budget)
+        rerun(sweep, run, budget)
         judge(run, metric, mode, best, sweep.quality_baseline, rules.flat_tolerance, margin)
         echo(f"  {i}/{len(runs)} {_run_line(run, metric)}")
     if best is None:  # no ok search trial: the best re-run that did not fail is the reference
@@ -536,9 +536,8 @@ def _write(folder: Path, name: str, result: AuditResult, n_stopped: int, sample:
         for run in result.reruns:
             if not _SAFE_ID.fullmatch(run.trial_id):
                 continue
-            if run.history:
-                write_text(tmp / f"{run.trial_id}.csv",
-                           pd.DataFrame(run.history).to_csv(index=False))  # numbers only
+            if run.history:  # numbers, under metric names: a header made safe too
+                write_csv(tmp / f"{run.trial_id}.csv", pd.DataFrame(run.history))
             if run.error:
                 write_text(tmp / f"{run.trial_id}.error.txt", run.error)
 
@@ -548,30 +547,3 @@ def _write(folder: Path, name: str, result: AuditResult, n_stopped: int, sample:
     shown["gap"] = ["" if pd.isna(g) else f"{100 * g:+.1f} %" for g in shown["gap"]]
     write_text(folder / "audit.md", markdown(name, result, n_stopped, sample, margin, shown))
     return [folder / "audit.csv", folder / "audit.md", folder / "audit"]
-
-
-def cmd_audit(args: argparse.Namespace) -> int:
-    run_audit(Path(args.dir), sample=args.sample, steps=args.steps, pruned=args.pruned,
-              margin=args.margin, trust_state=args.trust_state)
-    return 0
-
-
-def add_commands(sub: argparse._SubParsersAction) -> None:
-    """Register ``audit`` on the CLI's subparsers."""
-    p = sub.add_parser("audit", help="re-run the trials the rules stopped to full length and "
-                                     "measure how often a stop was a false alarm")
-    p.add_argument("dir", help="the sweep's results folder, e.g. results/direction-demo")
-    p.add_argument("--sample", type=int, default=DEFAULT_SAMPLE,
-                   help=f"most stopped trials to re-run, round-robin over the reasons "
-                        f"(default {DEFAULT_SAMPLE})")
-    p.add_argument("--steps", type=int, default=None,
-                   help="steps per re-run (default: the sweep's budget.max_steps)")
-    p.add_argument("--pruned", action="store_true",
-                   help="also audit the trials ASHA stopped (reason 'pruned')")
-    p.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
-                   help="largest quality gap to the best ok trial that counts as recovered "
-                        f"(default {DEFAULT_MARGIN}: 10 %%)")
-    p.add_argument("--trust-state", action="store_true",
-                   help="audit a folder this account's sweeps did not write (it runs the "
-                   "trainer the folder names)")
-    p.set_defaults(func=cmd_audit)

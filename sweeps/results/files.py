@@ -140,12 +140,14 @@ def cell_text(value: Any) -> Any:
 
 
 def write_csv(path: Path, frame: pd.DataFrame) -> None:
-    """Write ``frame`` atomically, text cells made safe for spreadsheets (:func:`safe_cell`)."""
+    """Write ``frame`` atomically, its header and text cells made safe for spreadsheets
+    (:func:`safe_cell`: a metric name is a header cell, and as much the trainer's text as
+    an error message; :func:`cell_text` reads either back)."""
     text_columns = frame.select_dtypes(include=["object", "string"]).columns
-    if len(text_columns):
-        frame = frame.copy()
-        for column in text_columns:
-            frame[column] = frame[column].map(safe_cell)
+    frame = frame.copy()
+    for column in text_columns:
+        frame[column] = frame[column].map(safe_cell)
+    frame.columns = [safe_cell(c) for c in frame.columns]
     write_text(path, frame.to_csv(index=False))
 
 

@@ -21,7 +21,7 @@ from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
 from optuna.trial import FrozenTrial, TrialState
 
 from sweeps.protocol import OK, STABILITY_CONSTRAINT
-from sweeps.state.check import STUDY_FILE
+from sweeps.state.layout import STUDY_FILE
 
 CONSTRAINT = STABILITY_CONSTRAINT
 EVALUATOR = "PED-ANOVA"

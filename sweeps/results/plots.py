@@ -1,10 +1,14 @@
-"""The report's plots (matplotlib, Agg, no pyplot state), each written atomically as a PNG."""
+"""The report's plots (matplotlib, Agg, no pyplot state), each written atomically as a PNG
+with the mode of the report's other files.
+
+Names, knob values, reasons and trial ids come from the sweep and its trainer: every such
+string is drawn through :func:`plain`, so that matplotlib never reads ``$…$`` in it as math.
+"""
 
 from __future__ import annotations
 
+import io
 import math
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +22,8 @@ from matplotlib.lines import Line2D
 
 from sweeps.protocol import FAILED, OK, PRUNED, objective_column
 from sweeps.rules.verdict import CRASH_REASONS, REASONS
+from sweeps.state.atomic import write_bytes
+from sweeps.terminal import clean
 
 STATUS_COLOURS = {"ok": "#2ca02c", "unstable": "#e76f51", "crash": "#6d597a",
                   "pruned": "#b0b0b0"}
@@ -35,17 +41,24 @@ MAX_POINTS = 2000
 
 
 def save(fig: Figure, path: Path) -> Path:
-    """Render ``fig`` to ``path`` as PNG through a temporary file and ``os.replace``."""
+    """Render ``fig`` to ``path`` as PNG, atomically and with the mode of every other
+    results file (:func:`sweeps.state.atomic.write_bytes`: from the umask)."""
     FigureCanvasAgg(fig)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fig.savefig(fh, format="png", dpi=DPI)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=DPI)
+    write_bytes(path, png.getvalue())
     return path
+
+
+def plain(text: object) -> str:
+    r"""``text`` as matplotlib draws it literally: each ``$`` escaped (so a knob value such
+    as ``$x^$`` is not parsed as math), control characters removed.
+
+    Example:
+        >>> plain("$x^2$ costs $5")
+        '\\$x^2\\$ costs \\$5'
+    """
+    return clean(text).replace("$", r"\$")
 
 
 def outcome(trials: pd.DataFrame) -> pd.Series:
@@ -141,9 +154,10 @@ def pareto_plot(search: pd.DataFrame, pareto: pd.DataFrame, objectives: Sequence
         if len(shown) < len(part):
             _at_the_edge(ax, part[failed], quality)
         note = "" if f"objective_{other}" in search else " — not an objective"
-        ax.set_xlabel(_label(objectives[0], modes.get(objectives[0])))
-        ax.set_ylabel(_label(other, modes.get(other)) + note)
-        ax.set_title(f"{objectives[0]} vs {other}: {len(part)} search trials", fontsize=10)
+        ax.set_xlabel(plain(_label(objectives[0], modes.get(objectives[0]))))
+        ax.set_ylabel(plain(_label(other, modes.get(other)) + note))
+        ax.set_title(plain(f"{objectives[0]} vs {other}: {len(part)} search trials"),
+                     fontsize=10)
         ax.grid(alpha=0.3)
         handles, _ = ax.get_legend_handles_labels()
         conf = front["trial_id"].isin(confirmed)
@@ -187,7 +201,7 @@ def knob_axis(values: pd.Series, kind: str = "auto", zero_is_off: bool = False) 
                 else sorted(present.astype(str).unique()))
         key = num if num.notna().all() else present.astype(str)
         slot = {c: float(i) for i, c in enumerate(cats)}
-        labels = ["off" if zero_is_off and isinstance(c, float) and c == 0 else _fmt(c)
+        labels = ["off" if zero_is_off and isinstance(c, float) and c == 0 else plain(_fmt(c))
                   for c in cats]
         return Axis(key.map(slot).reindex(values.index), list(slot.values()), labels)
     num = _finite(values)
@@ -212,7 +226,7 @@ def stability_map(search: pd.DataFrame, x: str, y: str | None, kinds: dict[str, 
         names = [o for o in OUTCOME_COLOURS if o in set(frame["outcome"])]
         names += sorted(set(frame["outcome"]) - set(names))
         slot = {o: float(i) for i, o in enumerate(names)}
-        ya = Axis(frame["outcome"].map(slot), list(slot.values()), names)
+        ya = Axis(frame["outcome"].map(slot), list(slot.values()), [plain(n) for n in names])
     else:
         ya = knob_axis(frame[y], kinds.get(y, "auto"), zero_is_off=y == "grad_clip")
     xs = xa.positions + (_jitter(len(frame), 0.15, 1) if xa.ticks is not None else 0)
@@ -228,7 +242,7 @@ def stability_map(search: pd.DataFrame, x: str, y: str | None, kinds: dict[str, 
                   else "s" if name in CRASH_REASONS else "X")
         ax.scatter(xs[sel], ys[sel], c=OUTCOME_COLOURS.get(name, "#444444"), marker=marker,
                    s=28 if name == "pruned" else 55, edgecolors="white", linewidths=0.5,
-                   label=f"{name} ({int(sel.sum())})", zorder=2)
+                   label=plain(f"{name} ({int(sel.sum())})"), zorder=2)
     ring = ok & frame["trial_id"].isin(front_ids)
     if ring.any():
         ax.scatter(xs[ring], ys[ring], s=190, facecolors="none", edgecolors="black",
@@ -240,10 +254,10 @@ def stability_map(search: pd.DataFrame, x: str, y: str | None, kinds: dict[str, 
             ax.set_yticks(axis.ticks, axis.labels)
         elif axis.log:
             setter("log")
-    ax.set_xlabel(x + (" (log)" if xa.log else ""))
-    ax.set_ylabel("outcome" if y is None else y + (" (log)" if ya.log else ""))
-    ax.set_title(f"Stability map: {x} × {y or 'outcome'} ({int(ok.sum())} search trials)",
-                 fontsize=10)
+    ax.set_xlabel(plain(x + (" (log)" if xa.log else "")))
+    ax.set_ylabel(plain("outcome" if y is None else y + (" (log)" if ya.log else "")))
+    ax.set_title(plain(f"Stability map: {x} × {y or 'outcome'} ({int(ok.sum())} search "
+                       "trials)"), fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return save(fig, path)
@@ -273,7 +287,7 @@ def curves_plot(curves: Sequence[Curve], title: str, path: Path,
         return None
     fig = Figure(figsize=(15, 4.6), layout="constrained")
     axes = fig.subplots(1, 3)
-    fig.suptitle(title, fontsize=11)
+    fig.suptitle(plain(title), fontsize=11)
     for ax, key in zip(axes, ("loss", "grad_norm", "lr"), strict=True):
         seen: list[float] = []
         for i, curve in enumerate(curves):
@@ -281,7 +295,7 @@ def curves_plot(curves: Sequence[Curve], title: str, path: Path,
             hist = curve.history
             step = (_finite(hist["step"]) if "step" in hist
                     else pd.Series(np.arange(1, len(hist) + 1), index=hist.index))
-            label = curve.label if ax is axes[0] else None
+            label = plain(curve.label) if ax is axes[0] else None
             if key in hist:
                 data = _thin(pd.DataFrame({"s": step, "v": _finite(hist[key])}).dropna())
                 ax.plot(data["s"], data["v"], color=colour, lw=1.2, label=label)
@@ -351,15 +365,15 @@ def seed_plot(rows: Sequence[SeedRow], metric: str, mode: str, path: Path) -> Pa
                        linewidths=1.5, zorder=3)
             fresh.append(row.search)
         every += fresh
-    ax.set_yticks(range(len(rows)), [f"{r.label} ({r.verdict})" for r in reversed(rows)],
-                  fontsize=8)
+    ax.set_yticks(range(len(rows)), [plain(f"{r.label} ({r.verdict})")
+                                     for r in reversed(rows)], fontsize=8)
     _auto_log(ax, "x", pd.Series(every), ratio=20.0)
-    ax.set_xlabel(_label(metric, mode))
+    ax.set_xlabel(plain(_label(metric, mode)))
     ax.grid(alpha=0.3, axis="x")
     ax.legend(handles=[
         Line2D([], [], ls="", marker="o", mfc="none", mec="#555555", label="search seed"),
         Line2D([], [], ls="", marker="o", c="#555555", label="fresh seeds"),
         Line2D([], [], ls="-", c="#555555", lw=2, label="fresh-seed mean")],
         fontsize=8, loc="best")
-    ax.set_title(f"{metric} on every seed, handed-over configs first", fontsize=10)
+    ax.set_title(plain(f"{metric} on every seed, handed-over configs first"), fontsize=10)
     return save(fig, path)

@@ -31,8 +31,10 @@ from sweeps.protocol import (
 )
 from sweeps.results import plots
 from sweeps.results.export import worse_than_base
+from sweeps.results.files import cell_text
 from sweeps.results.importance import importance
 from sweeps.state.atomic import write_text
+from sweeps.state.layout import SELECTION_NOTES
 
 META = ("trial_id", "role", "status", "reason", "stop_step", "seed", "steps", "retries")
 MAX_FAILED_CURVES, MAX_TOP_CURVES = 8, 5
@@ -77,10 +79,12 @@ class Results:
 
 
 def _csv(path: Path) -> pd.DataFrame:
+    """A CSV file sweeps wrote, its header as the names it was given (:func:`cell_text`)."""
     try:  # trial ids are text: Ray's hex ids are sometimes all digits, even with a leading 0
-        return pd.read_csv(path, dtype={"trial_id": str})
+        frame = pd.read_csv(path, dtype={"trial_id": str})
     except (FileNotFoundError, pd.errors.EmptyDataError, pd.errors.ParserError):
         return pd.DataFrame()
+    return frame.rename(columns=cell_text)
 
 
 def _knobs(trials: pd.DataFrame, space: dict[str, Any], resolved: bool) -> list[str]:
@@ -175,7 +179,6 @@ def load(folder: Path, name: str | None = None, objectives: list[str] | None = N
 
 
 #: Why confirmation stopped before ``confirm.keep`` configs held (one line each).
-SELECTION_NOTES = "selection_notes.txt"
 
 
 def _notes(folder: Path) -> list[str]:

@@ -437,10 +437,12 @@ def draw_map(rows: list[Cell], names: list[str], path, quality: Quality | None =
                    edgecolors="black")
         ax.annotate(f"{cell.stable_share:.0%}", (xs.index(cell.key[0]), ys.index(cell.key[1])),
                     ha="center", va="center", fontsize=7)
-    ax.set_xticks(range(len(xs)), [label((x,)) for x in xs], rotation=45)
-    ax.set_yticks(range(len(ys)), [label((y,)) for y in ys])
-    ax.set_xlabel(names[0])
-    ax.set_ylabel(names[1])
+    from sweeps.results.plots import plain
+
+    ax.set_xticks(range(len(xs)), [plain(label((x,))) for x in xs], rotation=45)
+    ax.set_yticks(range(len(ys)), [plain(label((y,))) for y in ys])
+    ax.set_xlabel(plain(names[0]))
+    ax.set_ylabel(plain(names[1]))
     for verdict, colour in colours.items():
         ax.scatter([], [], c=colour, label=verdict, edgecolors="black")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))

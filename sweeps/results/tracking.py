@@ -31,8 +31,6 @@ from sweeps.record.book import TrialBook, TrialRecord
 from sweeps.spec.loader import Sweep
 
 _BATCH = 900  # MLflow takes at most 1000 metrics per log_batch call
-#: The note written beside the results: where MLflow has the sweep, or why it does not.
-TRACKING_NOTE = "tracking.txt"
 _MAX_KEY = 250  # MLflow's longest metric name
 _ILLEGAL = re.compile(r"[^\w\-. /]")
 _PROBE_TIMEOUT_S = 5.0

@@ -26,8 +26,10 @@ import optuna
 
 from sweeps.errors import SpecError
 from sweeps.protocol import OK, WARM_START
-from sweeps.spec.loader import Objective, Sweep, load_sweep_dict, read_yaml
+from sweeps.spec.loader import Objective, Sweep
 from sweeps.spec.space import contains, fixed_values, optuna_space
+from sweeps.state import saved_sweep
+from sweeps.state.layout import STUDY_FILE
 
 FLAG = "--warm-start"
 #: trials.csv role of a trial taken from an earlier sweep.
@@ -37,7 +39,6 @@ SOURCE_ATTR, TRIAL_ATTR = "warm_start", "warm_start_trial"
 #: Optuna user attribute of a search trial that starts at an earlier best config: its
 #: trial number in the earlier study.
 BEST_ATTR = "warm_start_best"
-STUDY_FILE = "optuna.journal"  # sweeps.tune.searcher.STUDY_FILE (not imported: that pulls in Ray)
 _FIX = "give the results folder of an earlier `sweeps run`, e.g. results/linreg"
 
 
@@ -69,14 +70,8 @@ def directions(sweep: Sweep) -> list[str]:
 
 def _earlier_sweep(folder: Path) -> Sweep:
     """The earlier sweep as it ran (its resolved sweep.yaml; the trainer is not imported)."""
-    from sweeps.state.check import read_sweep_state
-
     try:
-        state = read_sweep_state(folder)
-        data = read_yaml(folder / "sweep.yaml", f"{FLAG} DIR/sweep.yaml")
-        base_dir = Path(state["base_dir"])
-        return load_sweep_dict(data, base_dir=base_dir, workdir=Path(
-            state.get("workdir") or base_dir), import_trainer=False)
+        return saved_sweep.read(folder, import_trainer=False)
     except SpecError as exc:
         raise SpecError(FLAG, f"{folder}/sweep.yaml cannot be read: {exc.key}: {exc.problem}",
                         _FIX) from None

@@ -163,13 +163,13 @@ class RuleSettings(BaseModel):
     warmup_steps: int = Field(
         0,
         ge=0,
-        description="LR warmup length in steps (the runner fills it from the trial config). "
+        description="LR warmup length in steps (sweeps.trial.run fills it from the trial config). "
         "LR rises and zeros before it are not judged, and flat_patience counts after it.",
     )
     sampled_lr: float | None = Field(
         None,
         gt=0,
-        description="The trial's LR as the trainer receives it (the runner fills it from "
+        description="The trial's LR as the trainer receives it (sweeps.trial.run fills it from "
         "the lr knob, times the LR probe's scale). None (no lr knob) skips climbs_past_lr.",
     )
     lr_restart_factor: float = Field(

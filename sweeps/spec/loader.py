@@ -169,7 +169,7 @@ class Resources(_Strict):
 
 
 class Preflight(_Strict):
-    """Checks before any trial runs (see README, Preflight)."""
+    """Checks before any trial runs (see docs/preflight.md)."""
 
     scheduler: str | None = Field(
         default=None, description="module:function(config, optimizer) -> LR scheduler; "
@@ -559,7 +559,8 @@ def _check_write_back(write_back: dict[str, str], space: dict[str, _Knob],
             raise SpecError(key, f"{path!r} is not a dotted key path",
                             "write e.g. 'training.lr'") from None
         if path.split(".")[0] == RESERVED_KEY:
-            raise SpecError(key, f"'{RESERVED_KEY}' is reserved for the runner",
+            raise SpecError(key, f"'{RESERVED_KEY}' is reserved: it holds the trial's own "
+                            "details (trial_id, seed, max_steps, ...)",
                             "write the value somewhere else in the config")
         hit = collision(base_config, path)
         if hit is not None:
@@ -607,7 +608,7 @@ def _spec_error(exc: ValidationError, root: str, model: Any) -> SpecError:
             fix += f" Known keys here: {', '.join(known)}"
         return SpecError(key, "unknown key", fix)
     if etype == "missing":
-        return SpecError(key, "missing", "add it (see the README's sweep file reference)")
+        return SpecError(key, "missing", "add it (see docs/sweep-file.md)")
     if etype in ("union_tag_invalid", "union_tag_not_found"):
         return SpecError(key if key.endswith(".type") else f"{key}.type",
                          "unknown knob type", f"use one of {', '.join(KNOB_TYPES)}")
@@ -633,7 +634,7 @@ def _value_fix(model: Any, loc: list[str], given: Any) -> str:
         model = next((c for c in candidates if issubclass(c, BaseModel)), None)
     shown = "" if given is None or isinstance(given, (dict, list)) else f"you gave {given!r}"
     parts = [p for p in (shown, f"it is: {about}" if about else "") if p]
-    return "; ".join(parts) or "give a value of the kind the README's sweep file reference lists"
+    return "; ".join(parts) or "give a value of the kind docs/sweep-file.md lists"
 
 
 def _known_fields(model: Any, loc: list[str]) -> list[str]:

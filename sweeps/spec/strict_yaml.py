@@ -27,14 +27,16 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
             try:
-                first = seen.setdefault(key, key_node.start_mark.line + 1)
+                if key in seen:  # on another line, or twice on one: `{trials: 4, trials: 9}`
+                    where = "on the same line" if seen[key] == line else \
+                        f"first on line {seen[key]}"
+                    raise YamlProblem(line, f"key {key!r} is given twice ({where})",
+                                      "keep one of them; with two, one would be ignored")
+                seen[key] = line
             except TypeError:  # an unhashable key; the base class says what is wrong
                 continue
-            if first != key_node.start_mark.line + 1:
-                raise YamlProblem(key_node.start_mark.line + 1,
-                                  f"key {key!r} is given twice (first on line {first})",
-                                  "keep one of them; with two, one would be ignored")
         return super().construct_mapping(node, deep=deep)
 
 

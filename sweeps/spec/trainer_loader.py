@@ -71,6 +71,9 @@ def load_trainer(target: str, paths: Sequence[str] = (), key: str = "trainer") -
         raise SpecError(key, f"{target!r} is not of the form module:function",
                         "write e.g. 'sweeps.trainers.direction:train' or 'my_train:train'")
     _forget_shadowed(module_name, paths)
+    from sweeps.trial.failures import install_exit_guard
+
+    install_exit_guard()  # before the trainer module binds `from os import _exit`
     try:
         with on_sys_path(paths):
             module = importlib.import_module(module_name)

@@ -9,14 +9,21 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and ``os.replace``."""
+def write_text(path: Path, text: str, *, private: bool = False) -> None:
+    """Write ``text`` to ``path`` atomically (:func:`write_bytes`), as UTF-8."""
+    write_bytes(path, text.encode("utf-8"), private=private)
+
+
+def write_bytes(path: Path, data: bytes, *, private: bool = False) -> None:
+    """Write ``data`` to ``path`` through a temporary file and ``os.replace``; readable as
+    the umask allows (results are for sharing: CSVs, YAMLs, the report and its images),
+    or by this user alone (0600) when ``private``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; results are for sharing
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
+    try:  # mkstemp makes 0600
+        os.fchmod(fd, 0o600 if private else 0o666 & ~_umask())
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

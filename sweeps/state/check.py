@@ -29,10 +29,10 @@ import yaml
 
 from sweeps.errors import SpecError
 from sweeps.record.journal import JournalDamaged, Parsed, drop_torn_tail, event_problem, parse_lines
+from sweeps.state.layout import MLFLOW_DB, STATE_FILE, STUDY_FILE, SWEEP_FILE, TRIALS_DIR
 
-STUDY_FILE = "optuna.journal"  # sweeps.tune.searcher.STUDY_FILE (not imported: that pulls in Ray)
 #: Files and folders of a results folder the driver writes or reads back.
-STATE_FILES = ("sweep.yaml", "sweep_state.json", STUDY_FILE, "mlflow.db", "trials")
+STATE_FILES = (SWEEP_FILE, STATE_FILE, STUDY_FILE, MLFLOW_DB, TRIALS_DIR)
 
 
 class DamagedState(SpecError):
@@ -269,3 +269,24 @@ def check_for_report(folder: Path) -> None:
         shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
         raise DamagedState("trials.csv", f"lacks {len(missing)} trial(s) the journals in "
                            f"trials/ show finished ({shown})", _CSV_FIX.format(folder=folder))
+    check_outputs(folder)
+
+
+def check_outputs(folder: Path) -> None:
+    """The outputs after trials.csv were all written: pareto.csv, and every stable/ YAML it
+    lists (a driver stopped while writing them leaves trials.csv alone). Reads only."""
+    fix = (f"run `sweeps resume {folder}`: it writes the outputs again from the journals "
+           "(no trial runs again)")
+    pareto = folder / "pareto.csv"
+    if not pareto.is_file():
+        raise DamagedState("pareto.csv", "is missing: the sweep's outputs are incomplete (its "
+                           "driver stopped while writing them)", fix)
+    try:
+        with open(pareto, newline="", encoding="utf-8") as fh:
+            listed = [row.get("yaml") or "" for row in csv.DictReader(fh)]
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise DamagedState("pareto.csv", f"cannot be read ({exc})", fix) from None
+    lost = [name for name in listed if name and not (folder / name).is_file()]
+    if lost:
+        raise DamagedState(lost[0], "is listed in pareto.csv but missing: the sweep's outputs "
+                           "are incomplete (its driver stopped while writing them)", fix)

@@ -18,6 +18,13 @@ folder is first claimed. A folder that exists without the marker (or the
 else is someone else's: :class:`ForeignFolder` (exit 2), and nothing in it is
 renamed, created or written.
 
+A results folder, and the root it lies in, must be this user's alone: a folder another
+user owns or can write (a world-writable ``--output`` root someone else created, say)
+could have its ``stable/`` replaced, its lock planted, its owner file forged. Such a
+folder is refused (:class:`SharedFolder`, exit 2, naming the owner and the mode) unless
+the user allows it (``--allow-shared-folder``: :func:`allow_shared`). A root with the
+sticky bit (``/tmp``, ``/scratch``) is fine: no one else can rename what is in it.
+
 Network file systems: on NFS (v4, or v3 with ``lockd``) Linux turns ``flock``
 into a byte-range lock the server arbitrates, so the lock holds across nodes;
 an NFS mount with ``-o nolock`` or ``local_lock=all`` keeps locks node-local.
@@ -35,6 +42,7 @@ import json
 import os
 import shlex
 import socket
+import stat
 import sys
 import threading
 import time
@@ -44,11 +52,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sweeps.errors import SpecError
+from sweeps.secrets import hide_credentials
+from sweeps.state import layout
 from sweeps.state.atomic import write_text
 
-LOCK_FILE = ".sweeps.lock"
-OWNER_FILE = ".sweeps.owner"
-MARKER_FILE = ".sweeps-results"
+LOCK_FILE = layout.LOCK_FILE
+OWNER_FILE = layout.OWNER_FILE
+MARKER_FILE = layout.MARKER_FILE
 #: Files any sweeps version writes into a results folder it created (a folder holding one
 #: of them without the marker is a results folder of an earlier version).
 LEGACY_SIGNS = ("sweep_state.json",)
@@ -66,6 +76,79 @@ class FolderInUse(SpecError):
 
 class ForeignFolder(SpecError):
     """The folder is not a sweeps results folder: nothing is renamed or written (exit 2)."""
+
+
+class SharedFolder(SpecError):
+    """Another user owns or can write the results folder or its root (exit 2)."""
+
+
+#: Set by ``--allow-shared-folder``: a results folder others can write is used anyway.
+_SHARED_ALLOWED = False
+
+
+def allow_shared(allowed: bool = True) -> None:
+    """Use results folders (and roots) another user owns or can write, for this process."""
+    global _SHARED_ALLOWED
+    _SHARED_ALLOWED = allowed
+
+
+def _user_name(uid: int) -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def _group_is_mine_alone(gid: int) -> bool:
+    """Whether no other user is in group ``gid`` (a user-private group, as umask 002 uses)."""
+    try:
+        import grp
+        import pwd
+
+        me = _user_name(os.getuid())
+        if any(member != me for member in grp.getgrgid(gid).gr_mem):
+            return False
+        return all(p.pw_uid == os.getuid() for p in pwd.getpwall() if p.pw_gid == gid)
+    except (ImportError, KeyError):
+        return False
+
+
+def others_can_change(path: Path, *, root: bool = False) -> str | None:
+    """Why another user could change ``path`` (a folder), or None: owned by someone else
+    (root aside, for a results root), writable by others, or by a group with other
+    members; a sticky ``root`` may be writable by all."""
+    info = path.stat()
+    me, mode = os.getuid(), stat.S_IMODE(info.st_mode)
+    if info.st_uid not in (me, 0 if root else me):
+        return f"it belongs to {_user_name(info.st_uid)} (mode {mode:04o})"
+    if root and info.st_mode & stat.S_ISVTX:
+        return None
+    if mode & stat.S_IWOTH:
+        return f"every user may write it (mode {mode:04o})"
+    if mode & stat.S_IWGRP and not _group_is_mine_alone(info.st_gid):
+        return f"its group may write it (mode {mode:04o}, group id {info.st_gid})"
+    return None
+
+
+def check_private(folder: Path) -> None:
+    """Raise :class:`SharedFolder` when another user owns or can write ``folder`` or the
+    root it lies in (see the module doc). Reads only."""
+    if _SHARED_ALLOWED:
+        return
+    folder = Path(folder).absolute()
+    for path, root in ((folder, False), (folder.parent, True)):
+        if not path.is_dir():
+            continue
+        why = others_can_change(path, root=root)
+        if why:
+            what = "results root" if root else "results folder"
+            raise SharedFolder(str(path), f"is a {what} another user could change: {why}; "
+                               "they could replace stable/, plant a lock or forge the owner "
+                               "file", "use a folder only you can write (chmod go-w, or "
+                               "another --output), or pass --allow-shared-folder if you "
+                               "trust every user who can write it")
 
 
 @dataclass
@@ -128,9 +211,14 @@ def check_ours(folder: Path, command: str) -> None:
 
 
 def owner_text(folder: Path) -> str:
-    """``sweeps run (PID 123 on host h, since 2024-01-01 12:00:00; ...)`` from the owner file."""
+    """``sweeps run (PID 123 on host h, since 2024-01-01 12:00:00; ...)`` from the owner file,
+    read only when it is this user's (another user's could name anyone)."""
+    path = Path(folder) / OWNER_FILE
     try:
-        info = json.loads((Path(folder) / OWNER_FILE).read_text())
+        uid = path.lstat().st_uid
+        if uid != os.getuid() or path.is_symlink():
+            return f"a sweeps command of {_user_name(uid)} (its owner file is not read)"
+        info = json.loads(path.read_text())
         return (f"`sweeps {info['command']}` (PID {info['pid']} on host {info['host']}, since "
                 f"{info['started']}; started as: {info['argv']})")
     except (OSError, ValueError, KeyError, TypeError):
@@ -158,18 +246,20 @@ def in_use(folder: Path) -> str | None:
 
 
 def _write_owner(folder: Path, command: str) -> None:
+    """Who holds the folder, readable by this user alone."""
     write_text(folder / OWNER_FILE, json.dumps({
         "command": command, "host": socket.gethostname(), "pid": os.getpid(),
         "started": time.strftime("%Y-%m-%d %H:%M:%S %z"), "argv": _argv(),
-        "cwd": os.getcwd(), "user": _user()}, indent=2) + "\n")
+        "cwd": os.getcwd(), "user": _user()}, indent=2) + "\n", private=True)
 
 
 def _argv() -> str:
-    """The command line, as ``sweeps run FILE ...`` when it is the sweeps CLI."""
+    """The command line, as ``sweeps run FILE ...`` when it is the sweeps CLI, with the
+    password of any URL in it (``--tracking-uri http://user:pw@host``) masked."""
     first = Path(sys.argv[0]).name if sys.argv else ""
     if first in ("sweeps", "__main__.py"):
-        return shlex.join(["sweeps", *sys.argv[1:]])
-    return shlex.join(sys.argv)
+        return hide_credentials(shlex.join(["sweeps", *sys.argv[1:]]))
+    return hide_credentials(shlex.join(sys.argv))
 
 
 def _user() -> str:
@@ -192,10 +282,11 @@ def _write_marker(folder: Path, command: str) -> None:
 def _lock(folder: Path, command: str, warn: Callable[[str], None]) -> int | None:
     """Take the lock of ``folder`` (created if missing) without waiting; returns its fd."""
     check_ours(folder, command)
+    check_private(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOCK_FILE
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as exc:
         why = "it is a symlink" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
         raise SpecError(str(path), f"cannot open the results folder's lock file ({why})",
@@ -228,7 +319,11 @@ def _lock(folder: Path, command: str, warn: Callable[[str], None]) -> int | None
 
 
 def _stderr(line: str) -> None:
-    print(line, file=sys.stderr)
+    """A warning or note on stderr, as text (folder names and tracking errors are not
+    markup, and their escape codes are removed)."""
+    from sweeps.terminal import echo
+
+    echo(line, file=sys.stderr)
 
 
 @contextmanager

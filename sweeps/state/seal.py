@@ -3,13 +3,18 @@
 ``resume`` restores Ray Tune's experiment state, which Ray keeps as pickles
 (``ray/tuner.pkl``, the searcher's state): loading one runs whatever code it names.
 So a results folder is trusted like code. ``sweeps run`` seals each folder it
-creates: ``.sweeps-seal`` (mode 0600) holds a random id and its HMAC under a key
-only this account can read (``~/.config/sweeps/state.key``, 0600). ``resume`` loads
-the state only when the seal verifies under this account's key and neither the
-folder nor its Ray state can be written by another user; a folder someone handed
-you, or one another user could have changed, exits 2 unless you pass
-``--trust-state``. A seal moves with ``mv`` and ``cp -a``, so a moved or copied
-folder of your own resumes as before.
+creates: ``.sweeps-seal`` (mode 0600) holds a random id and an HMAC, under a key only
+this account can read (``~/.config/sweeps/state.key``, 0600), of that id bound to
+what the seal vouches for: the folder itself (its device and inode) and the digests of
+``sweep.yaml`` and ``sweep_state.json`` (which name the trainer ``resume`` and
+``audit`` import, and where from). ``resume`` and ``audit`` check it before anything
+in the folder is read or written, and go on only when it verifies under this
+account's key for this very folder and neither the folder nor its Ray state can be
+written by another user. A seal copied into another folder (a tarball sent back, a
+``cp`` of the seal) does not verify there, nor after ``sweep.yaml`` was changed by
+hand. ``mv`` on one file system keeps the folder's inode, so a moved folder resumes as
+before; a copy is another folder: ``--trust-state`` once vouches for it (and seals it
+for this account, so it resumes without the flag afterwards).
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ import stat
 from pathlib import Path
 
 from sweeps.errors import SpecError
+from sweeps.state import layout
 from sweeps.state.atomic import write_text
 
-SEAL_FILE = ".sweeps-seal"
+SEAL_FILE = layout.SEAL_FILE
 #: What ``resume`` loads as code, under the results folder
 #: (Ray's state in ray/ and confirm*/; the trainer that sweep.yaml and sweep_state.json name.)
 PICKLED_STATE = ("ray", "confirm*", "sweep.yaml", "sweep_state.json")
@@ -54,15 +60,32 @@ def _key(create: bool) -> bytes | None:
         return None
 
 
-def _mac(key: bytes, folder_id: str) -> str:
-    return hmac.new(key, folder_id.encode(), hashlib.sha256).hexdigest()
+#: The files whose digests the seal covers: they name the trainer and where it is imported.
+SEALED_FILES = (layout.SWEEP_FILE, layout.STATE_FILE)
+
+
+def _binding(folder: Path, folder_id: str) -> str:
+    """What the MAC covers: the id, the folder's device and inode, the sealed files."""
+    info = folder.stat()
+    parts = [folder_id, f"{info.st_dev}:{info.st_ino}"]
+    for name in SEALED_FILES:
+        try:
+            parts.append(hashlib.sha256((folder / name).read_bytes()).hexdigest())
+        except FileNotFoundError:
+            parts.append("-")
+    return "|".join(parts)
+
+
+def _mac(key: bytes, text: str) -> str:
+    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
 
 
 def seal(folder: Path) -> str | None:
     """Mark ``folder`` as written by sweeps under this account (see the module doc).
 
-    Returns why it could not (a home folder that cannot be written, say): the sweep runs
-    all the same, and ``resume`` of the folder then needs ``--trust-state``."""
+    Call it again whenever sweeps rewrites a sealed file. Returns why it could not (a home
+    folder that cannot be written, say): the sweep runs all the same, and ``resume`` of the
+    folder then needs ``--trust-state``."""
     try:
         key = _key(create=True)
     except OSError as exc:
@@ -72,17 +95,20 @@ def seal(folder: Path) -> str | None:
     if key is None:
         return why
     folder_id = secrets.token_hex(16)
-    write_text(folder / SEAL_FILE, json.dumps({"id": folder_id, "mac": _mac(key, folder_id)}))
-    os.chmod(folder / SEAL_FILE, 0o600)
+    write_text(folder / SEAL_FILE, json.dumps(
+        {"id": folder_id, "mac": _mac(key, _binding(folder, folder_id))}), private=True)
     return None
 
 
 def _sealed_here(folder: Path) -> bool:
     key = _key(create=False)
     try:
-        data = json.loads((folder / SEAL_FILE).read_text())
-        return key is not None and hmac.compare_digest(_mac(key, str(data["id"])),
-                                                       str(data["mac"]))
+        path = folder / SEAL_FILE
+        if path.is_symlink():
+            return False
+        data = json.loads(path.read_text())
+        return key is not None and hmac.compare_digest(
+            _mac(key, _binding(folder, str(data["id"]))), str(data["mac"]))
     except (OSError, ValueError, KeyError, TypeError):
         return False
 
@@ -104,20 +130,23 @@ def _open_to_others(folder: Path) -> Path | None:
     return None
 
 
-def check(folder: Path, trust: bool = False) -> None:
+def check(folder: Path, trust: bool = False, command: str = "resume") -> None:
     """Refuse (exit 2) to load the pickled state of a folder this account's sweeps did not
-    write, or that another user could have changed; ``trust`` skips the check."""
+    write, or that another user could have changed; ``trust`` skips the check. Reads
+    only: call it before anything in the folder is written."""
     if trust:
         return
-    fix = ("resume only results folders your own sweeps wrote; if you trust this one as you "
-           f"would its code, run `sweeps resume {folder} --trust-state`")
+    fix = (f"{command} only results folders your own sweeps wrote; if you trust this one as "
+           f"you would its code, run `sweeps {command} {folder} --trust-state`")
     if not _sealed_here(folder):
-        raise SpecError("DIR", f"{folder} was not written by sweeps under this account (no "
-                        f"valid {SEAL_FILE}); resume loads Ray Tune's pickled state from it, "
-                        "which runs code", fix)
+        raise SpecError("DIR", f"{folder} was not written by sweeps under this account, or "
+                        f"not in this folder (no {SEAL_FILE} that verifies here: a seal binds "
+                        "to its folder and to sweep.yaml); "
+                        f"{command} loads code from it (Ray Tune's pickled state, the trainer "
+                        "its sweep.yaml names)", fix)
     other = _open_to_others(folder)
     if other is not None:
         raise SpecError("DIR", f"{other} is not yours alone (another user owns it or may "
-                        "write it); resume loads Ray Tune's pickled state, which runs code",
+                        f"write it); {command} loads code from the folder",
                         "make it yours (chown, chmod go-w) and resume again, or " + fix[0].lower()
                         + fix[1:])

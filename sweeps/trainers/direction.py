@@ -12,7 +12,7 @@ loop plus three things sweeps needs,
 2. ``metrics = monitor.measure(loss, pred=..., target=...)`` right after
    ``loss.backward()`` and *before* clipping and ``zero_grad``;
 3. ``report(metrics)`` once per step (with ``val_loss`` now and then), with no
-   ``try``/``except`` around it: the runner ends an unstable trial by raising
+   ``try``/``except`` around it: sweeps ends an unstable trial by raising
    out of ``report``.
 
 Run one trial of it, with the rules judging every step, from the project folder::
@@ -495,7 +495,7 @@ def train(config: dict[str, Any], report: Callable[[dict], None]) -> None:
     ``config`` has the layout of ``examples/configs/direction.yaml`` plus,
     under sweeps, ``sweep: {trial_id, seed, max_steps, device, gpu_ids}`` (seed 0,
     ``training.max_steps`` and the CPU without it). Exceptions raised by ``report``
-    propagate: that is how the runner stops an unstable trial.
+    propagate: that is how sweeps stops an unstable trial.
     """
     data, net_cfg, opt = config.get("data", {}), config.get("model", {}), config["training"]
     sweep = config.get("sweep") or {}
@@ -564,4 +564,4 @@ def train(config: dict[str, Any], report: Callable[[dict], None]) -> None:
         once = {}
         if is_eval:
             metrics["val_loss"] = evaluate(net, val_set)
-        report(metrics)  # no try/except: the runner stops a trial by raising here
+        report(metrics)  # no try/except: sweeps stops a trial by raising here

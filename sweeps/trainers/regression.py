@@ -223,7 +223,7 @@ def train(config: dict[str, Any], report: Callable[[dict], None]) -> None:
     ``config`` has the layout of ``examples/configs/regression.yaml`` plus,
     under sweeps, ``sweep: {trial_id, seed, max_steps}`` (seed 0 and
     ``training.max_steps`` without it). Exceptions raised by ``report``
-    propagate: that is how the runner stops an unstable trial.
+    propagate: that is how sweeps stops an unstable trial.
     """
     data, net_cfg, opt = config.get("data", {}), config.get("model", {}), config["training"]
     sweep = config.get("sweep") or {}
@@ -298,4 +298,4 @@ def train(config: dict[str, Any], report: Callable[[dict], None]) -> None:
         once = {}
         if is_eval:
             metrics["val_loss"], metrics["val_pred_std"] = evaluate(net, val_set)
-        report(metrics)  # no try/except: the runner stops a trial by raising here
+        report(metrics)  # no try/except: sweeps stops a trial by raising here

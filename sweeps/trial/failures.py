@@ -10,6 +10,11 @@ from contextlib import contextmanager
 
 from sweeps.rules.verdict import Verdict
 
+try:
+    import posix
+except ImportError:  # Windows
+    posix = None  # type: ignore[assignment]
+
 _COMPILE_MARKERS = ("torch/_dynamo", "torch/_inductor", "triton", "BackendCompilerFailed",
                     "InductorError", "TorchRuntimeError")
 
@@ -51,26 +56,42 @@ class TrainerExit(BaseException):  # noqa: N818 - mirrors SystemExit
         self.code = code
 
 
+_REAL_EXIT = os._exit
+#: Threads running a trainer: ``os._exit`` called from one of them raises instead.
+_GUARDED: set[int] = set()
+
+
+def _guarded_exit(code: int) -> None:
+    if threading.get_ident() in _GUARDED:
+        raise TrainerExit(int(code))
+    _REAL_EXIT(code)
+
+
+def install_exit_guard() -> None:
+    """Replace ``os._exit`` (and ``posix._exit``) for the whole process, before a trainer
+    module is imported: a trainer that did ``from os import _exit`` then holds the guarded
+    function too. Outside :func:`process_exit_raises` it is the real one."""
+    os._exit = _guarded_exit
+    if posix is not None:
+        posix._exit = _guarded_exit
+
+
 @contextmanager
 def process_exit_raises() -> Iterator[None]:
-    """Within the block, ``os._exit`` called from this thread raises :class:`TrainerExit`.
+    """Within the block, ``os._exit`` called from this thread raises :class:`TrainerExit`,
+    however the trainer named it (``os._exit``, ``from os import _exit``, ``posix._exit``).
 
     A trainer that ends its process would otherwise kill the Ray worker, and the trial
     would be retried as if its node had been lost (and fail the same way each time).
     Other threads (Ray's own) keep the real ``os._exit``.
     """
-    real, owner = os._exit, threading.get_ident()
-
-    def guarded(code: int) -> None:
-        if threading.get_ident() == owner:
-            raise TrainerExit(int(code))
-        real(code)
-
-    os._exit = guarded
+    install_exit_guard()
+    owner = threading.get_ident()
+    _GUARDED.add(owner)
     try:
         yield
     finally:
-        os._exit = real
+        _GUARDED.discard(owner)
 
 
 def exit_verdict(exc: SystemExit | TrainerExit, step: int) -> Verdict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import warnings
+import weakref
 from collections.abc import Iterable
 
 import torch
@@ -61,7 +62,15 @@ class Monitor:
         self._warned = False
         inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper holds one
         if isinstance(inner, torch.optim.Optimizer):
-            inner.register_step_pre_hook(self._before_step)
+            ref = weakref.ref(self)
+
+            def before_step(*_: object) -> None:
+                monitor = ref()
+                if monitor is not None:
+                    monitor._before_step()
+
+            handle = inner.register_step_pre_hook(before_step)
+            weakref.finalize(self, handle.remove)  # a Monitor per step piles up no hooks
 
     def clip(self) -> float | None:
         """Clip the gradients to ``grad_clip`` (nothing when it is 0 or None); the total

@@ -55,6 +55,53 @@ def _number(value: Any) -> Any:
     return str(value)
 
 
+#: Distinct metric keys a trial keeps: the first this many it reports (and the keys the
+#: rules and objectives read, whenever they come); later keys are dropped with one warning.
+#: Every key costs the driver, Ray Tune and MLflow a column: 100 000 keys took 4 minutes.
+MAX_METRIC_KEYS = 1000
+#: Keys kept past the bound: what the rules, the report and the step time read.
+CORE_KEYS = frozenset({"step", "step_time", "loss", "val_loss", "grad_norm", "lr",
+                       "nonfinite_grads", "dead_params", "zeroed_grads", "clipped",
+                       "pred_std", "target_std"})
+#: Dropped keys a warning names (it counts the rest).
+SHOWN_DROPPED = 5
+
+
+class MetricKeys:
+    """The metric keys a trial keeps: the first ``limit`` distinct keys it reports, and
+    those in ``always`` (the core keys and the trainer's objectives) whenever they come."""
+
+    def __init__(self, always: Sequence[str] = (), limit: int = MAX_METRIC_KEYS) -> None:
+        self.always = CORE_KEYS | set(always)
+        self.limit = limit
+        self.kept: set[str] = set()
+        self.warned = False
+
+    def admit(self, entry: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """``entry`` without the keys past the bound, and those keys (in report order)."""
+        if self.kept.issuperset(entry):  # the usual report: no key it has not seen
+            return entry, []
+        out: dict[str, Any] = {}
+        dropped: list[str] = []
+        for key, value in entry.items():
+            if key in self.kept or key in self.always or len(self.kept) < self.limit:
+                self.kept.add(key)
+                out[key] = value
+            else:
+                dropped.append(key)
+        return out, dropped
+
+    def warning(self, dropped: list[str], step: int) -> dict[str, Any] | None:
+        """The one warning of a trial that reported too many keys (None after the first)."""
+        if not dropped or self.warned:
+            return None
+        self.warned = True
+        shown = ", ".join(repr(k) for k in dropped[:SHOWN_DROPPED])
+        more = f" and {len(dropped) - SHOWN_DROPPED} more" if len(dropped) > SHOWN_DROPPED else ""
+        return {"warning": f"too many metric keys: only the first {self.limit} distinct keys "
+                f"are kept; dropped {shown}{more} (and any new key after them)", "step": step}
+
+
 def bad_metric(entry: Mapping[str, Any], required: Sequence[str]) -> Verdict | None:
     """``bad_metric`` when a reported value is not a real number, or a ``required`` metric
     (an objective) is reported as ``None``; other ``None`` values mean "not reported"."""
@@ -95,6 +142,7 @@ class TrialReporter:
         self.history: list[dict[str, Any]] = []
         self.verdict: Verdict | None = None
         self.warnings: list[dict[str, Any]] = []
+        self.keys = MetricKeys(self.required)
         self._sink = sink
         self._checkpoint_sink = checkpoint_sink
         self._clock = clock
@@ -110,7 +158,7 @@ class TrialReporter:
         if self.verdict is not None and (not self.observe or self.verdict.reason == "bad_metric"):
             raise TrialStopped(self.verdict)
         now = self._clock()
-        entry = {str(k): _number(v) for k, v in metrics.items()}
+        entry, dropped = self.keys.admit({str(k): _number(v) for k, v in metrics.items()})
         step = entry.get("step")
         if not isinstance(step, (int, float)) or not math.isfinite(step):
             step = self._last_step + 1
@@ -133,6 +181,9 @@ class TrialReporter:
         result = dict(entry)
         result[STATUS_KEY] = RUNNING
         found = rules.warnings(self.history, self.settings)
+        too_many = self.keys.warning(dropped, entry["step"])
+        if too_many is not None:
+            found = [*found, too_many]
         if found:
             self.warnings.extend(found)
             result[WARNING_KEY] = "; ".join(f"{w['warning']} at step {w['step']}" for w in found)

@@ -36,7 +36,8 @@ from sweeps.trial.reporter import TrialReporter, TrialStopped, unstable_fields
 
 
 def flat_config(config: dict[str, Any]) -> dict[str, Any]:
-    """A trial's config with a re-run's ``_run`` entry (see ``runner.run_configs``) lifted up."""
+    """A trial's config with a re-run's ``_run`` entry lifted up (re-runs are handed over
+    so by the searcher and :func:`sweeps.tune.experiments.run_configs`)."""
     run = config.get(RUN_KEY)
     if isinstance(run, dict):
         return {**{k: v for k, v in config.items() if k != RUN_KEY}, **run}
@@ -90,7 +91,8 @@ def prepare_process(sweep: Sweep, threads: int, *, shared_cache: bool = True) ->
 
 def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink,
                 checkpoint_sink=None, checkpoint_path: str | None = None,
-                gpu_ids: list[Any] | None = None) -> TrialReporter:
+                gpu_ids: list[Any] | None = None, *, observe: bool = False,
+                max_steps: int | None = None) -> TrialReporter:
     """Run the user's trainer once with a judging ``report``; never raises for trainer errors.
 
     The last result handed to ``sink`` always carries the trial's outcome
@@ -103,6 +105,10 @@ def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink,
     device to use (``cuda:0`` or ``cpu``, see :func:`sweeps.trial.gpu.trial_device`), in the
     config's ``sweep`` section. With CUDA present every result carries the trial's peak GPU
     memory (``sweeps/gpu_peak_mb``), counted from the trial's start.
+
+    The one runner of a trial: Ray Tune's trainable, ``sweeps try`` and ``sweeps audit``
+    call it. ``observe``: the rules only watch (``sweeps audit``: the first verdict is in
+    the result that carries it, the run goes on); ``max_steps``: another step budget.
     """
     reset_compiler()
     gpu.reset_peak()
@@ -111,9 +117,10 @@ def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink,
     seed = int(config.get(SEED_KEY, sweep.spec.seed))
     trainer = load_trainer(sweep.spec.trainer, sweep.trainer_paths)
     required = trainer_metrics(sweep)
-    reporter = TrialReporter(trial_settings(sweep, values), sink,
+    reporter = TrialReporter(trial_settings(sweep, values), sink, observe=observe,
                              checkpoint_sink=checkpoint_sink, required=required)
-    trial_config = sweep.trial_config(values, trial_id=trial_id, seed=seed)
+    trial_config = sweep.trial_config(values, trial_id=trial_id, seed=seed,
+                                      max_steps=max_steps)
     trial_config["sweep"]["checkpoint"] = checkpoint_path
     gpu_ids = list(gpu_ids or [])
     trial_config["sweep"].update(gpu_ids=gpu_ids, device=gpu.trial_device(

@@ -12,6 +12,8 @@ from sweeps.protocol import COMPILE_KEY, FINAL_KEY, REASON_KEY, RESULT_PREFIX, S
 from sweeps.spec.config_paths import get_path
 from sweeps.spec.loader import Sweep
 from sweeps.spec.space import Fixed, central_value
+from sweeps.terminal import console as make_console
+from sweeps.terminal import flagged
 from sweeps.trial.compile import compile_mode, eager_fallback
 from sweeps.trial.reporter import TrialReporter
 from sweeps.trial.run import prepare_process, run_trainer
@@ -36,8 +38,9 @@ def try_values(sweep: Sweep, sets: dict[str, Any]) -> dict[str, Any]:
 def try_trial(sweep: Sweep, sets: dict[str, Any], *, steps: int | None = None,
               seed: int | None = None, every: int = 25,
               console: Console | None = None) -> TrialReporter:
-    """Run one trial in-process and print its metrics and any verdict."""
-    console = console or Console()
+    """Run one trial in-process and print its metrics and any verdict (metric names,
+    values and errors come from the trainer: printed as text, cleaned)."""
+    console = console or make_console()
     values = try_values(sweep, sets)
     extra = {k: v for k, v in sets.items() if k not in sweep.space}
     if steps is not None:
@@ -66,14 +69,15 @@ def try_trial(sweep: Sweep, sets: dict[str, Any], *, steps: int | None = None,
     reporter = run_trainer(sweep, config, "try", sink)
     unfollowed = lr_not_followed(values.get("lr"), reporter.history)
     if unfollowed:
-        console.print(f"[bold red]error[/]: {unfollowed} (write_back.lr: "
-                      f"'{sweep.spec.write_back.get('lr')}'); the sweep would tune nothing")
+        console.print(flagged("error", f": {unfollowed} (write_back.lr: "
+                              f"'{sweep.spec.write_back.get('lr')}'); the sweep would tune "
+                              "nothing"))
     if evidence.get("graphs") or compile_mode(values.get("compile")) != "none":
-        console.print(compile_line(values.get("compile"), evidence), markup=False)
+        console.print(compile_line(values.get("compile"), evidence))
     if reporter.verdict is None:
         console.print(f"no rule fired over {len(reporter.history)} reports: stable")
     else:
-        console.print(f"[bold red]stopped[/]: {reporter.verdict.summary()}")
+        console.print(flagged("stopped", f": {reporter.verdict.summary()}"))
     return reporter
 
 

@@ -21,6 +21,7 @@ from rich.table import Table
 from sweeps.protocol import CRASH, FINISHED_OK, OK, SEARCH
 from sweeps.record import objectives
 from sweeps.record.book import TrialBook, TrialRecord
+from sweeps.terminal import console as make_console
 
 
 class ProgressLines(Callback):
@@ -45,7 +46,7 @@ class ProgressLines(Callback):
     @property
     def console(self) -> Console:
         if self._console is None:
-            self._console = Console(stderr=True, highlight=False, soft_wrap=True)
+            self._console = make_console(stderr=True)  # trainer text printed as text
         return self._console
 
     def __getstate__(self) -> dict[str, Any]:
@@ -97,8 +98,7 @@ class ProgressLines(Callback):
         if rec is None or not rec.finished:  # closed by TrialEvents, called before this
             return
         if self.stage is None and rec.role != SEARCH:  # a re-run of the race
-            self.console.print(f"    race {rec.role} seed {rec.seed}: " + self.line(rec, False),
-                               markup=False)
+            self.console.print(f"    race {rec.role} seed {rec.seed}: " + self.line(rec, False))
             return
         self.done += 1
         self.counts[rec.reason or rec.status] += 1

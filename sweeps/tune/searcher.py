@@ -38,6 +38,7 @@ from sweeps.results.warm_start import searched
 from sweeps.spec.config_paths import get_path
 from sweeps.spec.loader import Sweep
 from sweeps.spec.space import central_value, contains, optuna_space
+from sweeps.state.layout import STUDY_FILE
 from sweeps.trial.knob_check import inert_knob
 from sweeps.tune import compat
 
@@ -60,7 +61,6 @@ def make_sampler(sweep: Sweep) -> optuna.samplers.BaseSampler:
         constant_liar=budget.concurrent > 1)
 
 
-STUDY_FILE = "optuna.journal"
 
 
 def study_storage(sweep: Sweep) -> optuna.storages.BaseStorage:

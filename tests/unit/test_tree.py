@@ -45,3 +45,44 @@ def test_ruff_checks_every_module_of_the_package() -> None:
 
 def test_every_folder_of_the_package_is_a_package() -> None:
     assert [d for d in _package_dirs() if not (d / "__init__.py").is_file()] == []
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """The package's modules ``path`` imports, at any level (functions too), leaving out
+    ``if TYPE_CHECKING:`` blocks; ``from pkg import mod`` counts as ``pkg.mod``."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+            and getattr(node.test, "id", None) == "TYPE_CHECKING"
+            for n in ast.walk(node)}
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            subs = {f"{node.module}.{a.name}" for a in node.names} & modules
+            out |= subs or {node.module}
+    return out & modules
+
+
+def test_no_import_circle_in_the_package() -> None:
+    """No module reaches itself through imports (lazy imports inside functions count: a
+    circle through one still ties the modules together)."""
+    files = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in (ROOT / "sweeps").rglob("*.py")}
+    graph = {name: _imports(path, set(files)) - {name} for name, path in files.items()}
+    circles = []
+    for start in graph:
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, trail = stack.pop()
+            for nxt in graph[node]:
+                if nxt == start:
+                    circles.append(" -> ".join([*trail, start]))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, [*trail, nxt]))
+    assert not circles, circles[:3]

@@ -62,8 +62,8 @@ def test_load_takes_complete_trials_that_fit(tmp_path: Path) -> None:
     assert all(t.user_attrs[ws.SOURCE_ATTR] == str(folder.resolve()) for t in warm.trials)
     assert warm.line() == (f"warm start: 4 of 6 trials of {folder.resolve()} seed the search "
                            "(not run again); skipped: 1 pruned, 1 lr outside the new space")
-    assert sorted(p.name for p in folder.iterdir()) == ["optuna.journal", "sweep.yaml",
-                                                        "sweep_state.json"]
+    assert sorted(p.name for p in folder.iterdir()) == [  # nothing written into it
+        ".sweeps-seal", "optuna.journal", "sweep.yaml", "sweep_state.json"]
 
 
 def test_best_first_feasible_distinct_as_many_as_run_at_once(tmp_path: Path) -> None:

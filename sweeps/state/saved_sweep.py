@@ -1,0 +1,52 @@
+"""The sweep saved in a results folder: ``sweep.yaml`` (self-contained: base config and
+space inline) and ``sweep_state.json`` (where it was started from), written by ``sweeps
+run`` and read by ``resume``, ``audit``, ``--warm-start`` and the report."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sweeps.state.layout import STATE_FILE, SWEEP_FILE
+
+if TYPE_CHECKING:
+    from sweeps.spec.loader import Sweep
+
+
+def save(sweep: Sweep) -> None:
+    """Write ``sweep`` into its results folder: ``sweep.yaml`` self-contained (base config
+    and space inline) and ``sweep_state.json`` (the sweep file, and the folders its trials
+    import from and run in). The caller seals the folder afterwards."""
+    import yaml
+
+    from sweeps.state.atomic import write_text
+
+    out = sweep.output_dir
+    write_text(out / SWEEP_FILE, yaml.safe_dump(sweep.resolved(), sort_keys=False))
+    write_text(out / STATE_FILE, json.dumps({
+        "source": str(sweep.source or ""), "base_dir": str(sweep.base_dir),
+        "workdir": str(sweep.workdir)}, indent=2))
+
+
+def read(folder: Path, *, import_trainer: bool = True) -> Sweep:
+    """The sweep saved in ``folder``, its results going back to that folder (wherever it
+    was moved); its trials run in the folder it was started from (the sweep file's, if
+    the state lacks it). Damaged files raise :class:`~sweeps.state.check.DamagedState`."""
+    from sweeps.spec.loader import load_sweep_dict, read_yaml
+    from sweeps.state.check import read_sweep_state
+
+    folder = Path(folder).resolve()
+    state = read_sweep_state(folder)
+    data = read_yaml(folder / SWEEP_FILE, f"DIR/{SWEEP_FILE}")
+    base_dir, src = Path(state["base_dir"]), state.get("source")
+    workdir = Path(state.get("workdir") or base_dir)  # a state written without it
+    sweep = load_sweep_dict(data, base_dir=base_dir, workdir=workdir,
+                            import_trainer=import_trainer)
+    return replace(sweep, output_dir=folder, source=Path(src) if src else None)
+
+
+def exists(folder: Path) -> bool:
+    """Whether ``folder`` holds a saved sweep (both files)."""
+    return (Path(folder) / SWEEP_FILE).is_file() and (Path(folder) / STATE_FILE).is_file()

@@ -1,0 +1,106 @@
+"""Text from a trainer, a knob or a folder: printed as text, cleaned of escape codes, quoted
+in CSV headers, drawn literally by matplotlib; a trial's metric keys bounded (issue #24)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+
+import pandas as pd
+import pytest
+from rich.table import Table
+
+from sweeps.results import plots
+from sweeps.results.files import write_csv
+from sweeps.results.report import _csv
+from sweeps.rules.settings import RuleSettings
+from sweeps.terminal import clean, console
+from sweeps.trial.reporter import TrialReporter
+from tests.conftest import run_cli_in
+
+MAX_METRIC_KEYS = 1000  # the bound of sweeps.trial.reporter (checked at the end)
+HOSTILE = ("bad [/INST] [bold]x[/] :smile: \x1b[31mred\x1b[0m \x1b]0;title\x07"
+           "\x1b]8;;http://evil\x1b\\link\x1b]8;;\x1b\\ \x9b2J\x00\x08\r\x7f end\tok\n")
+
+
+def test_clean_removes_escape_sequences_and_control_characters_only():
+    assert clean(HOSTILE) == "bad [/INST] [bold]x[/] :smile: red link  end\tok\n"
+    assert clean("ünïcode [ok] $x^2$") == "ünïcode [ok] $x^2$"
+    assert clean(3.5) == "3.5"
+
+
+def test_the_console_prints_markup_as_text_and_cleans_tables():
+    out = io.StringIO()
+    shown = console(file=out)
+    shown.print(HOSTILE)
+    table = Table(title="[/INST] \x1b[2J")
+    table.add_column("\x1b[31m[/x]")
+    table.add_row(HOSTILE.replace("\n", ""))
+    shown.print(table)
+    printed = out.getvalue()
+    assert "\x1b" not in printed and "\x07" not in printed and "\x9b" not in printed
+    assert "bad [/INST] [bold]x[/] :smile: red" in printed and "[/x]" in printed
+    assert "title" not in printed and printed.count("end") == 2, "a title sequence, not more"
+
+
+def test_csv_headers_are_quoted_like_cells_and_read_back(tmp_path):
+    frame = pd.DataFrame({"step": [1], '=HYPERLINK("http://x")': [1.0], "-0.5": [2.0],
+                          "@cmd": ["=1+1"]})
+    write_csv(tmp_path / "h.csv", frame)
+    header = (tmp_path / "h.csv").read_text().splitlines()[0]
+    assert header == "step,\"'=HYPERLINK(\"\"http://x\"\")\",-0.5,'@cmd"
+    assert list(_csv(tmp_path / "h.csv").columns) == list(frame.columns)
+
+
+def test_knob_values_that_read_as_math_are_drawn_as_text(tmp_path):
+    search = pd.DataFrame({"trial_id": ["a", "b", "c"], "lr": [0.1, 0.01, 0.001],
+                           "tag": ["$x^$", "$x^2$", "[/INST]"], "status": ["ok"] * 3,
+                           "reason": ["", "", "$\\bad{$"]})
+    path = plots.stability_map(search, "lr", "tag", {"tag": "categorical"}, set(),
+                               tmp_path / "map.png")
+    assert path is not None and path.stat().st_size > 0
+    assert plots.plain("$x^2$ at $5") == r"\$x^2\$ at \$5", "drawn as typed, not as x²"
+
+
+@pytest.mark.parametrize("umask,mode", [(0o022, 0o644), (0o027, 0o640)], ids=["022", "027"])
+def test_plots_take_their_mode_from_the_umask(tmp_path, umask, mode):
+    old = os.umask(umask)
+    try:
+        path = plots.curves_plot([plots.Curve("t1", pd.DataFrame({"step": [1, 2],
+                                                                    "loss": [1.0, 0.5]}))],
+                                 "curves", tmp_path / "c.png")
+    finally:
+        os.umask(old)
+    assert path is not None and path.stat().st_mode & 0o777 == mode
+
+
+def test_a_trial_keeps_its_first_metric_keys_and_says_which_it_dropped():
+    results: list[dict] = []
+    report = TrialReporter(RuleSettings(), results.append, required=("late_objective",))
+    many = {f"k{i}": 0.0 for i in range(2 * MAX_METRIC_KEYS)}
+    for step in range(1, 4):
+        report({"step": step, **many, "loss": 1.0, "late_objective": 0.5})
+    assert all(len(entry) <= MAX_METRIC_KEYS + 3 for entry in report.history)
+    assert {"loss", "late_objective", "step_time", "k0"} <= report.history[-1].keys()
+    assert f"k{MAX_METRIC_KEYS}" not in report.history[-1]
+    warnings = [r["sweeps/warning"] for r in results if "sweeps/warning" in r]
+    assert len(warnings) == 1, "warned once"
+    assert f"only the first {MAX_METRIC_KEYS}" in warnings[0]
+    assert f"dropped 'k{MAX_METRIC_KEYS - 1}'" in warnings[0], "the first key past the bound"
+    from sweeps.trial.reporter import MAX_METRIC_KEYS as bound
+
+    assert bound == MAX_METRIC_KEYS
+
+
+def test_audits_refusal_names_the_audit_command(tmp_path):
+    folder = tmp_path / "foreign"
+    folder.mkdir()
+    (folder / "trials.csv").write_text("trial_id,role,status,reason\nt1,search,unstable,x\n")
+    (folder / "sweep.yaml").write_text("name: foreign\n")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = run_cli_in(tmp_path, "audit", str(folder))
+    assert code == 2
+    fix = err.getvalue().split("fix:", 1)[1]
+    assert f"sweeps audit {folder} --trust-state" in fix and "sweeps resume" not in fix
