@@ -12,7 +12,8 @@ import torch
 
 from sweeps.record.book import books_of, open_book
 from sweeps.results.files import trials_frame
-from sweeps.results.report import summary, write_report
+from sweeps.results.report import write_report
+from sweeps.results.summary import summary
 from sweeps.spec.loader import load_sweep, load_sweep_dict
 from sweeps.trial.compile import eager_fallback
 from sweeps.trial.run import prepare_process, run_trainer

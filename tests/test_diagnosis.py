@@ -6,7 +6,8 @@ import math
 
 from sweeps.record.book import TrialBook
 from sweeps.results.files import trials_frame
-from sweeps.results.report import load, summary_of
+from sweeps.results.folder_data import load
+from sweeps.results.summary import summary_of
 from sweeps.rules import RuleSettings, diagnose
 from sweeps.spec.loader import load_sweep
 from tests.conftest import edit_linreg

@@ -20,7 +20,8 @@ from sweeps.results.importance import (
     stability,
     under_explored,
 )
-from sweeps.results.report import summary, write_report
+from sweeps.results.report import write_report
+from sweeps.results.summary import summary
 from tests.conftest import copy_sweepfiles, edit_linreg, read_results_csv, run_cli_in
 from tests.test_report import make_sweep
 

@@ -17,7 +17,8 @@ from matplotlib.image import imread
 
 from sweeps.protocol import objective_column
 from sweeps.results import plots
-from sweeps.results.report import summary, write_report
+from sweeps.results.report import write_report
+from sweeps.results.summary import summary
 from tests.conftest import skip_or_fail
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -190,6 +191,31 @@ def test_summary_is_plain_json(tmp_path: Path) -> None:
     assert info["front"][1]["lr_sensitivity"] == "inf"
     assert info["best_yaml"] == str(tmp_path / "demo" / "stable" / "rank-01-a1.yaml")
     assert info["knobs"] == list(KNOBS)
+
+
+def test_sweeps_report_reads_and_summarises_the_folder_once(tmp_path: Path, monkeypatch,
+                                                           capsys) -> None:
+    """The report and the lines printed beside it come from one read of the folder (the
+    importance panel, the slowest part, was computed twice)."""
+    from sweeps.commands.cli import main
+    from sweeps.results import folder_data
+    from sweeps.results import summary as summary_module
+
+    folder = make_sweep(tmp_path / "demo")
+    calls = {"load": 0, "importance": 0}
+    real_load, real_importance = folder_data.load, summary_module.importance
+
+    def counting(name, real):
+        def wrapped(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+        return wrapped
+
+    monkeypatch.setattr(folder_data, "load", counting("load", real_load))
+    monkeypatch.setattr(summary_module, "importance", counting("importance", real_importance))
+    assert main(["report", str(folder)]) == 0
+    assert calls == {"load": 1, "importance": 1}
+    assert "report: " in capsys.readouterr().out
 
 
 def test_step_time_objective_adds_a_second_pareto_panel(tmp_path: Path) -> None:

@@ -227,7 +227,7 @@ def test_with_a_step_budget_the_race_settles_the_best_config_inside_it(linreg_di
     assert (pareto[pareto["lr"] > EDGE]["selection"] == "fragile").all()
     held = pareto[pareto["rank"] == 1].iloc[0]
     assert held["selection"] == "confirmed" and EDGE > held["lr"] > 0.02
-    from sweeps.results.report import summary
+    from sweeps.results.summary import summary
 
     base = summary(out)["base"]  # the base config's own search trial and its fresh seeds
     assert base["by_seed"] and held["val_loss_mean"] < base["mean"], "better than the base"

@@ -9,7 +9,7 @@ import shutil
 import optuna
 import pytest
 
-from sweeps.results.report import summary
+from sweeps.results.summary import summary
 from sweeps.results.warm_start import BEST_ATTR, SOURCE_ATTR, directions
 from sweeps.spec.loader import load_sweep
 from sweeps.spec.space import optuna_space

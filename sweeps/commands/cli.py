@@ -207,7 +207,9 @@ def cmd_best(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     import json
 
-    from sweeps.results.report import summary, write_report
+    from sweeps.results.folder_data import load
+    from sweeps.results.report import write_report
+    from sweeps.results.summary import summary_of
     from sweeps.state.check import check_for_report
 
     folder = Path(args.dir)
@@ -216,7 +218,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                         "give the results folder of a sweep, e.g. results/direction-demo")
     check_for_report(folder)  # a cut or garbled trials.csv: exit 2 before anything is written
     if args.format == "json":
-        print(json.dumps(summary(folder), indent=2, default=str))
+        print(json.dumps(summary_of(load(folder)), indent=2, default=str))
         return 0
     if args.format == "csv":
         sys.stdout.write(clean((folder / "trials.csv").read_text()))  # no escape codes
@@ -227,9 +229,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         if not sep:
             raise SpecError("--pair", f"{pair!r} is not KNOB,KNOB", "write e.g. lr,dropout")
         pairs.append((a.strip(), b.strip()))
-    info = summary(folder)
-    page = write_report(folder, info["name"], [o["metric"] for o in info["objectives"]],
-                        pairs or None)
+    loaded = load(folder)  # read and summarised once, for the report and the lines below
+    info = summary_of(loaded)
+    page = write_report(folder, pairs=pairs or None, loaded=loaded, info=info)
     console.print(f"sweep {info['name']}: {info['search_trials']} search trials: " + ", ".join(
         f"{k} {v}" for k, v in info["counts"].items()))
     if info["failures"]:

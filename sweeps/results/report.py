@@ -1,447 +1,34 @@
-"""The sweep report: a self-contained report.html with its PNG plots beside it, and
-``summary(folder)``, the same content as plain data (for ``sweeps report --format json``)."""
+"""The sweep report: a self-contained report.html with its PNG plots beside it, from a
+folder read once (:mod:`sweeps.results.folder_data`), its summary
+(:mod:`sweeps.results.summary`) and figures (:mod:`sweeps.results.figures`)."""
 
 from __future__ import annotations
 
 import html
-import math
-import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import pandas as pd
-import yaml
 
 from sweeps.protocol import (
-    BASE_CONFIG,
-    FAILED,
-    OBJECTIVE_PREFIX,
-    OK,
-    PRUNED,
-    PRUNED_LABEL_PREFIX,
-    SEARCH,
     SELECTION,
     SELECTION_REASON,
-    WARM_START,
-    confirm_role,
-    objective_column,
-    seed_column_prefix,
 )
 from sweeps.results import plots
-from sweeps.results.export import worse_than_base
-from sweeps.results.files import cell_text
-from sweeps.results.importance import importance
+from sweeps.results.figures import draw
+from sweeps.results.folder_data import (
+    MAX_FAILED_CURVES,
+    MAX_TOP_CURVES,
+    SAFE_ID,
+    Results,
+    load,
+    plain_value,
+    read_csv,
+    taxonomy,
+)
+from sweeps.results.summary import compile_fallbacks, summary_of
 from sweeps.state.atomic import write_text
-from sweeps.state.layout import SELECTION_NOTES
-
-META = ("trial_id", "role", "status", "reason", "stop_step", "seed", "steps", "retries")
-MAX_FAILED_CURVES, MAX_TOP_CURVES = 8, 5
-_SAFE_ID = re.compile(r"[A-Za-z0-9_.-]+")
-_PLOT_GLOBS = ("pareto.png", "seeds.png", "stability-*.png", "curves-*.png")
-
-
-@dataclass
-class Results:
-    """A finished sweep folder, read leniently."""
-
-    folder: Path
-    name: str
-    trials: pd.DataFrame
-    pareto: pd.DataFrame
-    objectives: list[str]
-    modes: dict[str, str]
-    knobs: list[str]
-    kinds: dict[str, str]
-    stable: list[str]
-    seed: int = 0
-    baseline: float | None = None
-    space: dict[str, dict[str, Any]] = field(default_factory=dict)  # knob -> its entry
-    notes: list[str] = field(default_factory=list)  # why confirmation stopped early, if it did
-
-    @property
-    def categorical(self) -> set[str]:
-        return {k for k, kind in self.kinds.items() if kind == "categorical"}
-
-    @property
-    def search(self) -> pd.DataFrame:
-        return self.trials[self.trials["role"] == SEARCH]
-
-    @property
-    def reruns(self) -> pd.DataFrame:
-        return self.trials[~self.trials["role"].isin([SEARCH, WARM_START])]
-
-    @property
-    def warm(self) -> pd.DataFrame:
-        """Trials taken from an earlier sweep (``--warm-start``): never run here."""
-        return self.trials[self.trials["role"] == WARM_START]
-
-
-def _csv(path: Path) -> pd.DataFrame:
-    """A CSV file sweeps wrote, its header as the names it was given (:func:`cell_text`)."""
-    try:  # trial ids are text: Ray's hex ids are sometimes all digits, even with a leading 0
-        frame = pd.read_csv(path, dtype={"trial_id": str})
-    except (FileNotFoundError, pd.errors.EmptyDataError, pd.errors.ParserError):
-        return pd.DataFrame()
-    return frame.rename(columns=cell_text)
-
-
-def _knobs(trials: pd.DataFrame, space: dict[str, Any], resolved: bool) -> list[str]:
-    """Knob columns: the resolved search space's, else those the spec names and the columns
-    between the trial's bookkeeping and the first objective."""
-    if resolved:
-        return [c for c in trials.columns if c in space]
-    cols = [c for c in trials.columns if c not in META]
-    first = next((i for i, c in enumerate(cols) if c.startswith(OBJECTIVE_PREFIX)), 0)
-    return [c for c in cols if c in space or cols.index(c) < first]
-
-
-def _space_kinds(spec: dict[str, Any], folder: Path
-                 ) -> tuple[dict[str, str], bool, dict[str, dict[str, Any]]]:
-    """knob -> "log" | "linear" | "categorical" | "fixed", whether ``extends`` and
-    search-space files could be resolved (else only what sweep.yaml itself names), and
-    each knob's entry (type, choices, low, high)."""
-    raw, resolved = spec.get("search_space"), False
-    kinds = {}
-    try:  # resolves ``extends`` like the sweep did; the files may have moved since
-        from sweeps.spec.loader import load_sweep_dict
-
-        data = {k: v for k, v in spec.items() if k != "source"}
-        base = Path(str(spec.get("source") or folder / "sweep.yaml")).parent
-        space = load_sweep_dict(data, base_dir=base, workdir=base, import_trainer=False).space
-        raw, resolved = {k: knob.model_dump() for k, knob in space.items()}, True
-    except Exception:  # fall back to what sweep.yaml itself says
-        pass
-    entries = {k: v for k, v in (raw if isinstance(raw, dict) else {}).items()
-               if isinstance(v, dict) and "type" in v}
-    for knob, entry in entries.items():
-        kind = entry["type"]
-        kinds[knob] = ("log" if kind == "loguniform" or entry.get("log") else
-                       kind if kind in ("categorical", "fixed") else "linear")
-    return kinds, resolved, entries
-
-
-def _kind(values: pd.Series, declared: str | None) -> str:
-    """How a knob's values are laid out on a plot axis (declared, else guessed)."""
-    if declared in ("log", "linear", "categorical"):
-        return declared
-    if values.dtype == bool or not pd.api.types.is_numeric_dtype(values):
-        return "categorical"
-    distinct = values.dropna().nunique()
-    return "categorical" if distinct <= 5 and len(values) > 2 * distinct else "auto"
-
-
-def load(folder: Path, name: str | None = None, objectives: list[str] | None = None) -> Results:
-    """Read trials.csv, pareto.csv, sweep.yaml and stable/ (any of them may be missing)."""
-    folder = Path(folder)
-    try:
-        spec = yaml.safe_load((folder / "sweep.yaml").read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        spec = {}
-    spec = spec if isinstance(spec, dict) else {}
-    declared, resolved, entries = _space_kinds(spec, folder)
-    objs = [o for o in spec.get("objectives") or [] if isinstance(o, dict) and "metric" in o]
-    modes = {str(o["metric"]): str(o.get("mode", "min")) for o in objs}
-    trials = _csv(folder / "trials.csv")
-    for col in META:
-        if col not in trials:
-            trials[col] = pd.Series(dtype=object)
-    trials["reason"] = trials["reason"].fillna("").astype(str)
-    trials["diagnosis"] = trials["diagnosis"].fillna("").astype(str) \
-        if "diagnosis" in trials else ""
-    trials["status"] = trials["status"].fillna("").astype(str)
-    trials["role"] = trials["role"].fillna(SEARCH).astype(str)
-    trials["trial_id"] = trials["trial_id"].astype(str)
-    if objectives is None:  # step_time may have been added by the loader: see the columns
-        objectives = list(modes) + [c.removeprefix(OBJECTIVE_PREFIX) for c in trials
-                                    if c.startswith(OBJECTIVE_PREFIX)
-                                    and c.removeprefix(OBJECTIVE_PREFIX) not in modes]
-    pareto = _csv(folder / "pareto.csv")
-    if len(pareto):
-        pareto["trial_id"] = pareto["trial_id"].astype(str)
-        conf = pareto["confirmed"] if "confirmed" in pareto else pd.Series(True, pareto.index)
-        pareto["confirmed"] = conf.astype(str).str.lower().isin(["true", "1", "1.0"])
-        if "front_rank" not in pareto:
-            pareto["front_rank"] = range(1, len(pareto) + 1)
-        pareto = pareto.sort_values("front_rank")
-    knobs = _knobs(trials, declared, resolved)
-    kinds = {k: _kind(trials[k], declared.get(k)) for k in knobs}
-    stable = sorted(f"stable/{p.name}" for p in (folder / "stable").glob("*.yaml"))
-    seed = spec.get("seed", 0)
-    rules = spec.get("rules") if isinstance(spec.get("rules"), dict) else {}
-    baseline = rules.get("baseline_loss")
-    return Results(folder, name or str(spec.get("name") or folder.name), trials, pareto,
-                   list(objectives), modes, knobs, kinds, stable,
-                   seed if isinstance(seed, int) else 0,
-                   float(baseline) if isinstance(baseline, (int, float)) else None,
-                   {k: v for k, v in entries.items() if k in knobs}, _notes(folder))
-
-
-#: Why confirmation stopped before ``confirm.keep`` configs held (one line each).
-
-
-def _notes(folder: Path) -> list[str]:
-    path = folder / SELECTION_NOTES
-    if not path.is_file() or path.is_symlink():
-        return []
-    return [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()][:20]
-
-
-def _plain(v: Any) -> Any:
-    """A JSON-safe Python value: NaN -> None, ±inf -> "inf"/"-inf", numpy -> builtin."""
-    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
-        v = v.item()
-    if v is pd.NA or v is None:
-        return None
-    if isinstance(v, float):
-        return None if math.isnan(v) else (("inf" if v > 0 else "-inf") if math.isinf(v) else v)
-    return v
-
-
-def _knob_stats(values: pd.Series, categorical: bool) -> dict[str, Any]:
-    present = values.dropna()
-    if not len(present):
-        return {}
-    if categorical or not pd.api.types.is_numeric_dtype(present):
-        counts = present.value_counts()
-        return {"most_common": _plain(counts.index[0]), "count": int(counts.iloc[0]),
-                "of": int(len(present))}
-    return {"median": _plain(present.median()), "min": _plain(present.min()),
-            "max": _plain(present.max())}
-
-
-def _labels(trials: pd.DataFrame) -> pd.Series:
-    """A trial's failure label: its reason, or ``pruned · <rule>`` for a pruned trial the
-    rules diagnosed (the rule is the diagnosis's first word), else ""."""
-    diagnosed = (trials["status"] == PRUNED) & (trials["diagnosis"] != "")
-    rule = trials["diagnosis"].str.split(" ").str[0]
-    return trials["reason"].where(~diagnosed, PRUNED_LABEL_PREFIX + rule)
-
-
-def taxonomy(res: Results) -> list[dict[str, Any]]:
-    """Failure reasons among search trials, most common first, with the settings behind
-    them; pruned trials the rules diagnosed come after, as ``pruned · <rule>``."""
-    search = res.search.assign(label=_labels(res.search))
-    failed = search[search["label"] != ""]
-    rerun = res.reruns[res.reruns["reason"] != ""]["reason"].value_counts()
-    out = []
-    counts = failed["label"].value_counts()
-    order = [k for k in counts.index if not k.startswith(PRUNED)] + \
-        [k for k in counts.index if k.startswith(PRUNED)]
-    for reason in order:
-        part = failed[failed["label"] == reason]
-        stop = pd.to_numeric(part["stop_step"], errors="coerce")
-        if stop.isna().all():  # pruned: the step its history ends at
-            stop = pd.to_numeric(part["steps"], errors="coerce")
-        out.append({"reason": reason, "trials": int(counts[reason]),
-                    "in_reruns": int(rerun.get(reason, 0)),
-                    "status": part["status"].mode().iloc[0],
-                    "stop_step": _knob_stats(stop, False),
-                    "knobs": {k: _knob_stats(part[k], k in res.categorical) for k in res.knobs}})
-    for reason, count in rerun.items():
-        if reason not in set(failed["label"]):
-            out.append({"reason": reason, "trials": 0, "in_reruns": int(count),
-                        "status": "", "stop_step": {}, "knobs": {}})
-    return out
-
-
-def summary(folder: Path) -> dict[str, Any]:
-    """The report's content as plain data: counts, failure taxonomy, front, stable YAMLs."""
-    return summary_of(load(folder))
-
-
-def summary_of(res: Results) -> dict[str, Any]:
-    """``summary`` of an already loaded folder."""
-    front = [{k: _plain(v) for k, v in row.items()}
-             for row in res.pareto.to_dict(orient="records")]
-    tax = taxonomy(res)
-    return {
-        "name": res.name,
-        "folder": str(res.folder),
-        "objectives": [{"metric": o, "mode": res.modes.get(o, "min")} for o in res.objectives],
-        "knobs": res.knobs,
-        "search_trials": int(len(res.search)),
-        "counts": {k: int(v) for k, v in res.search["status"].value_counts().items()},
-        "rerun_counts": {k: int(v) for k, v in res.reruns["status"].value_counts().items()},
-        "warm_start": _warm_summary(res),
-        "selection_notes": list(res.notes),
-        "failures": {t["reason"]: t["trials"] for t in tax
-                     if t["trials"] and not t["reason"].startswith(PRUNED)},
-        "diagnoses": {t["reason"].removeprefix(PRUNED_LABEL_PREFIX): t["trials"] for t in tax
-                      if t["reason"].startswith(PRUNED)},
-        "taxonomy": tax,
-        "front": front,
-        "selection": {k: int(v) for k, v in res.pareto.get(
-            SELECTION, pd.Series(dtype=str)).value_counts().items()},
-        "fragile": {str(r["trial_id"]): str(r.get(SELECTION_REASON) or "")
-                    for r in res.pareto.to_dict(orient="records")
-                    if r.get(SELECTION) in ("fragile", "incomplete", "poor")},
-        "base": _base_summary(res),
-        "compile_fallbacks": compile_fallbacks(res.trials),
-        "importance": importance(res.folder, res.name, res.objectives, res.search, res.space),
-        "stable_yamls": res.stable,
-        "best_yaml": str(res.folder / res.stable[0]) if res.stable else None,
-        "worse_than_base": worse_than_base(res.folder / res.stable[0]) if res.stable else None,
-    }
-
-
-def _warm_summary(res: Results) -> dict[str, Any] | None:
-    """How many trials of which earlier sweeps seeded the search (``--warm-start``)."""
-    warm = res.warm
-    if not len(warm):
-        return None
-    source = warm["warm_start_from"] if "warm_start_from" in warm else pd.Series(dtype=str)
-    return {"trials": int(len(warm)),
-            "counts": {k: int(v) for k, v in warm["status"].value_counts().items()},
-            "from": sorted({str(v) for v in source.dropna()})}
-
-
-def _seed_values(frame: pd.DataFrame, metric: str) -> dict[int, str]:
-    """Columns ``<metric>@seed<s>`` of pareto.csv, by seed."""
-    prefix = seed_column_prefix(metric)
-    return {int(c[len(prefix):]): c for c in frame.columns
-            if c.startswith(prefix) and c[len(prefix):].isdigit()}
-
-
-def _base_summary(res: Results) -> dict[str, Any] | None:
-    """The base config's reference runs: quality by seed and the fresh-seed mean."""
-    if not res.objectives:
-        return None
-    col = objective_column(res.objectives[0])
-    runs = res.trials[res.trials["role"] == "base"]
-    if not len(runs) and BASE_CONFIG in res.trials:  # the base config was a search trial
-        marked = res.trials[res.trials[BASE_CONFIG].astype(str) == "True"]
-        if len(marked):
-            trial_id = str(marked.iloc[0]["trial_id"])
-            runs = res.trials[(res.trials["trial_id"] == trial_id)
-                              | (res.trials["role"] == confirm_role(trial_id))]
-    if not len(runs) or col not in runs:
-        return None
-    by_seed = {int(r["seed"]): _plain(r[col]) if r["status"] == OK else r["status"]
-               for r in runs.to_dict(orient="records")}
-    fresh = [v for s, v in by_seed.items() if s != res.seed and isinstance(v, (int, float))]
-    return {"by_seed": by_seed, "mean": sum(fresh) / len(fresh) if fresh else None}
-
-
-# ---------------------------------------------------------------- plots
-
-
-def _history(res: Results, trial_id: str) -> pd.DataFrame | None:
-    if not _SAFE_ID.fullmatch(trial_id):
-        return None
-    hist = _csv(res.folder / "trials" / f"{trial_id}.csv")
-    return hist if len(hist) else None
-
-
-def _failed_curves(res: Results) -> list[plots.Curve]:
-    failed = res.trials[((res.trials["reason"] != "") | res.trials["status"].isin(FAILED))
-                        & (res.trials["role"] != WARM_START)]
-    failed = pd.concat([failed[failed["role"] == SEARCH], failed[failed["role"] != SEARCH]])
-    queues = [list(g.itertuples()) for _, g in failed.groupby("reason", sort=False)]
-    curves: list[plots.Curve] = []
-    while any(queues) and len(curves) < MAX_FAILED_CURVES:  # round-robin over reasons
-        for queue in queues:
-            if queue and len(curves) < MAX_FAILED_CURVES:
-                row = queue.pop(0)
-                hist = _history(res, row.trial_id)
-                if hist is None:
-                    continue
-                stop = pd.to_numeric(pd.Series([row.stop_step]), errors="coerce").iloc[0]
-                role = "" if row.role == SEARCH else f" [{row.role.split(':')[0]}]"
-                at = f" @ {int(stop)}" if pd.notna(stop) else ""
-                curves.append(plots.Curve(f"{row.trial_id} {row.reason or row.status}{at}"
-                                          f"{role}", hist, None if pd.isna(stop) else stop))
-    return curves
-
-
-def _top_curves(res: Results) -> list[plots.Curve]:
-    curves = []
-    for row in res.pareto.head(MAX_TOP_CURVES).itertuples():
-        hist = _history(res, row.trial_id)
-        if hist is not None:
-            tag = "confirmed" if row.confirmed else "not confirmed"
-            curves.append(plots.Curve(f"#{row.front_rank} {row.trial_id} ({tag})", hist))
-    return curves
-
-
-def _seed_plot(res: Results, path: Path) -> Path | None:
-    if not res.objectives or not len(res.pareto):
-        return None
-    metric = res.objectives[0]
-    cols = _seed_values(res.pareto, metric)
-    if not cols:
-        return None
-    rows = []
-    for rec in res.pareto.to_dict(orient="records"):
-        values = {s: pd.to_numeric(rec.get(c), errors="coerce") for s, c in cols.items()}
-        search = values.pop(res.seed, float("nan"))
-        rows.append(plots.SeedRow(str(rec["trial_id"]), str(rec.get(SELECTION) or ""),
-                                  None if pd.isna(search) else float(search),
-                                  [float(v) for v in values.values() if pd.notna(v)]))
-    base = _base_summary(res)
-    if base:
-        nums = {s: v for s, v in base["by_seed"].items() if isinstance(v, (int, float))}
-        rows.append(plots.SeedRow("base", "base config", nums.pop(res.seed, None),
-                                  list(nums.values())))
-    return plots.seed_plot(rows, metric, res.modes.get(metric, "min"), path)
-
-
-def _default_pair(res: Results) -> tuple[str, str | None] | None:
-    numeric = [k for k in res.knobs if pd.to_numeric(res.trials[k], errors="coerce").notna().any()]
-    varying = [k for k in numeric if res.trials[k].nunique() > 1] + \
-              [k for k in numeric if res.trials[k].nunique() <= 1]
-    x = "lr" if "lr" in numeric else next((k for k in varying if k != "grad_clip"), None)
-    rest = [k for k in varying if k != x]
-    y = "grad_clip" if "grad_clip" in rest and res.trials["grad_clip"].nunique() > 1 else \
-        next(iter(rest), None)
-    if x is None:
-        x, y = y, None
-    return None if x is None else (x, y)
-
-
-def _slug(*parts: str | None) -> str:
-    return "-".join(re.sub(r"[^A-Za-z0-9_.]+", "_", p or "outcome") for p in parts)
-
-
-def draw(res: Results, pairs: list[tuple[str, str]] | None = None) -> dict[str, Any]:
-    """Write every plot; returns {section: [(file name, caption)], "notes": [...]}."""
-    folder, out, notes = res.folder, {}, []
-    front = set(res.pareto.get("trial_id", []))
-    path = plots.pareto_plot(res.search, res.pareto, res.objectives, res.modes,
-                             folder / "pareto.png")
-    out["pareto"] = [(path.name, "Pareto front")] if path else []
-    path = _seed_plot(res, folder / "seeds.png")
-    out["seeds"] = [(path.name, "Quality on every seed")] if path else []
-    maps = [p for p in [_default_pair(res)] if p] + list(pairs or [])
-    out["map"] = []
-    for x, y in dict.fromkeys(maps):
-        missing = [k for k in (x, y) if k is not None and k not in res.trials]
-        if missing:
-            notes.append(f"stability map {x} × {y}: no column {', '.join(missing)}")
-            continue
-        path = plots.stability_map(res.search, x, y, res.kinds, front,
-                                   folder / f"stability-{_slug(x, y)}.png")
-        if path:
-            out["map"].append((path.name, f"{x} × {y or 'outcome'}"))
-    out["curves"] = []
-    for key, curves, title in (
-            ("failed", _failed_curves(res), "Failed trials (dotted line: stop step)"),
-            ("top", _top_curves(res), "Pareto-front configs")):
-        path = plots.curves_plot(curves, title, folder / f"curves-{key}.png", res.baseline)
-        if path:
-            out["curves"].append((path.name, title))
-    out["notes"] = notes
-    made = {name for section in ("pareto", "seeds", "map", "curves")
-            for name, _ in out[section]}
-    for pattern in _PLOT_GLOBS:  # plots of an earlier report that this one did not draw
-        for stale in folder.glob(pattern):
-            if stale.name not in made:
-                stale.unlink(missing_ok=True)
-    return out
-
-
-# ---------------------------------------------------------------- HTML
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:1.5em 2em;color:#222;line-height:1.4}
@@ -486,7 +73,7 @@ e = html.escape
 
 def _cell(v: Any) -> tuple[str, str]:
     """(display text, sort key) of one table value."""
-    v = _plain(v)
+    v = plain_value(v)
     if v is None:
         return "", ""
     if isinstance(v, bool):
@@ -512,11 +99,11 @@ def table(frame: pd.DataFrame, folder: Path, sortable: bool = True) -> str:
             text, key = _cell(raw)
             shown = e(text if len(text) <= 60 else text[:57] + "…")
             if col == "trial_id" and (folder / "trials" / f"{text}.csv").exists() \
-                    and _SAFE_ID.fullmatch(text):
+                    and SAFE_ID.fullmatch(text):
                 shown = _link(f"trials/{text}.csv", text)
             elif col == "yaml" and text.startswith("stable/") and (folder / text).exists():
                 shown = _link(text, text.removeprefix("stable/"))
-            numeric = isinstance(_plain(raw), (int, float)) and not isinstance(raw, bool)
+            numeric = isinstance(plain_value(raw), (int, float)) and not isinstance(raw, bool)
             title = f' title="{e(text)}"' if len(text) > 60 else ""
             cells.append(f'<td{"" if numeric else " class=t"} data-v="{e(key)}"{title}>'
                          f"{shown}</td>")
@@ -597,15 +184,6 @@ def _warning_html(res: Results) -> str:
     return "".join(f"<p class=note><b>{e(line)}</b></p>" for line in lines)
 
 
-def compile_fallbacks(trials: pd.DataFrame) -> dict[str, str]:
-    """Trials labelled compiled that ran eagerly (trials.csv ``compile_fallback``): id -> why."""
-    if "compile_fallback" not in trials:
-        return {}
-    rows = trials[trials["compile_fallback"].fillna("").astype(str) != ""]
-    return {str(t): str(r) for t, r in zip(rows["trial_id"], rows["compile_fallback"],
-                                           strict=True)}
-
-
 def _compile_html(res: Results) -> str:
     """A warning naming the trials labelled compiled that ran eagerly, else ''."""
     found = compile_fallbacks(res.trials)
@@ -683,7 +261,7 @@ def _audit_html(res: Results, folder: Path) -> str:
     """A "Rule audit" section when ``sweeps audit`` left audit.csv here, else ''."""
     from sweeps.results.audit import per_rule, stopped_trials
 
-    rows = _csv(folder / "audit.csv")
+    rows = read_csv(folder / "audit.csv")
     if not {"reason", "outcome"} <= set(rows.columns) or not len(rows):
         return ""
     rows["reason"] = rows["reason"].astype(str)
@@ -698,12 +276,15 @@ def _audit_html(res: Results, folder: Path) -> str:
             f"{_link('audit.md', 'audit.md')}.</p>" + table(rules, folder, sortable=False))
 
 
-def write_report(folder: Path, name: str, objectives: list[str],
-                 pairs: list[tuple[str, str]] | None = None) -> Path:
-    """Write ``folder/report.html`` and its plots; ``pairs``: extra stability-map knob pairs."""
+def write_report(folder: Path, name: str | None = None, objectives: list[str] | None = None,
+                 pairs: list[tuple[str, str]] | None = None, *,
+                 loaded: Results | None = None, info: dict[str, Any] | None = None) -> Path:
+    """Write ``folder/report.html`` and its plots; ``pairs``: extra stability-map knob pairs.
+    ``loaded`` and ``info``: the folder already read and summarised (``sweeps report``
+    reads it once), else read here."""
     folder = Path(folder)
-    res = load(folder, name, objectives)
-    info = summary_of(res)
+    res = loaded if loaded is not None else load(folder, name, objectives)
+    info = info if info is not None else summary_of(res)
     figs = draw(res, pairs)
     pareto_cols = list(dict.fromkeys(
         [c for c in ("front_rank", "trial_id", "yaml", "confirmed") if c in res.pareto]

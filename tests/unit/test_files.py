@@ -12,7 +12,7 @@ import pytest
 from sweeps.commands.run import save_resolved
 from sweeps.record.book import TrialRecord
 from sweeps.record.objectives import FAILED_INSTABILITY
-from sweeps.results import report
+from sweeps.results import folder_data
 from sweeps.results.files import (
     cell_text,
     compile_columns,
@@ -73,7 +73,7 @@ def test_rows_in_book_order_with_knobs_and_objectives(written: tuple[Sweep, pd.D
 
 def test_report_reads_back_what_was_written(written: tuple[Sweep, pd.DataFrame]) -> None:
     sweep, frame = written
-    res = report.load(sweep.output_dir)
+    res = folder_data.load(sweep.output_dir)
     assert res.name == "linreg"
     assert res.trials["trial_id"].tolist() == ["0012", "a1b2", "c3d4", "e5f6", "dead"]
     assert res.objectives == ["val_loss", "instability"]
@@ -93,8 +93,8 @@ def test_report_reads_back_what_was_written(written: tuple[Sweep, pd.DataFrame])
 
 def test_report_taxonomy_of_failures(written: tuple[Sweep, pd.DataFrame]) -> None:
     sweep, _ = written
-    res = report.load(sweep.output_dir)
-    tax = report.taxonomy(res)
+    res = folder_data.load(sweep.output_dir)
+    tax = folder_data.taxonomy(res)
     assert [t["reason"] for t in tax] == ["divergence", "crash", "pruned · flat_at_baseline"]
     assert [t["trials"] for t in tax] == [1, 1, 1]
     assert tax[0]["status"] == "unstable" and tax[2]["status"] == "pruned"
@@ -129,5 +129,5 @@ def test_no_compile_columns_without_a_compiled_mode(linreg_sweep: Sweep) -> None
 
 
 def test_report_of_an_empty_folder(tmp_path: Path) -> None:
-    res = report.load(tmp_path)
+    res = folder_data.load(tmp_path)
     assert res.trials.empty and res.objectives == [] and res.stable == []

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from sweeps.results import plots
 from sweeps.results.files import write_csv
-from sweeps.results.report import _csv
+from sweeps.results.folder_data import read_csv
 from sweeps.rules.settings import RuleSettings
 from sweeps.terminal import clean, console
 from sweeps.trial.reporter import TrialReporter
@@ -50,7 +50,7 @@ def test_csv_headers_are_quoted_like_cells_and_read_back(tmp_path):
     write_csv(tmp_path / "h.csv", frame)
     header = (tmp_path / "h.csv").read_text().splitlines()[0]
     assert header == "step,\"'=HYPERLINK(\"\"http://x\"\")\",-0.5,'@cmd"
-    assert list(_csv(tmp_path / "h.csv").columns) == list(frame.columns)
+    assert list(read_csv(tmp_path / "h.csv").columns) == list(frame.columns)
 
 
 def test_knob_values_that_read_as_math_are_drawn_as_text(tmp_path):
