@@ -97,7 +97,7 @@ def test_time_left_ignores_start_up_and_counts_confirmation(linreg_dir):
     assert elapsed == 40.0 and left == 0.25 * (8 * 20 + 8 * 60)
     # fragile candidates cost one more round: 3 candidates x (1 seed + 1 probe) x 60 steps
     assert progress.fragile_extra(now=40.0) == 0.25 * 3 * 2 * 60
-    assert progress._time_text(now=40.0).endswith(
+    assert progress.time_text(now=40.0).endswith(
         "~160s left with confirmation (+~90s if candidates prove fragile)")
 
 
@@ -109,14 +109,14 @@ def test_trials_still_running_count_as_at_least_as_long_as_they_ran(linreg_dir):
     progress.start, progress.first_result = 0.0, 30.0
     _feed(progress, book, _trial("a", 0.1, 20, 0.5))
     _feed(progress, book, _trial("b", 0.05, 20, 0.4))
-    short = progress._search_steps_left()
+    short = progress.search_steps_left()
     assert short == 8 * 20  # all finished, none running: the finished mean
     for trial_id in ("c", "d"):
         for step in range(1, 41):
             book.record(trial_id, {"step": step, "loss": 1.0 / step, "config": {"lr": 0.01}})
     # half the trials got past step 20: the Kaplan-Meier mean is 20 + 0.5 * (60 - 20) = 40
     # steps a trial, for the 8 unfinished, less the 80 the running two already ran
-    assert progress._search_steps_left() == 8 * 40 - 80 > short
+    assert progress.search_steps_left() == 8 * 40 - 80 > short
 
 
 def test_a_step_budget_bounds_the_extra_confirmation_round(linreg_dir):
@@ -132,7 +132,7 @@ def test_a_step_budget_bounds_the_extra_confirmation_round(linreg_dir):
     _feed(progress, book, _trial("a", 0.1, 20, 0.5))
     _feed(progress, book, _trial("b", 0.05, 20, 0.4))
     assert progress.fragile_extra(now=40.0) == 0.0
-    assert "prove fragile" not in progress._time_text(now=40.0)
+    assert "prove fragile" not in progress.time_text(now=40.0)
 
 
 def test_a_confirmation_stage_tells_its_own_time_left(linreg_dir):

@@ -238,7 +238,7 @@ def test_what_a_killed_driver_leaves_is_ended_on_the_next_start(short_tmp):
         assert again.returncode == 0, again.stderr[-2000:]
         assert not private.exists()
         assert not ray_session.session_pids(private)
-        assert not any(ray_session._alive(p) for p in left)
+        assert not any(ray_session.is_alive(p) for p in left)
         if left:
             assert f"removed its folder {private}" in again.stderr
         assert not list(short_tmp.glob(f"{ray_session.PREFIX}*")), "the second run cleaned up"
@@ -250,7 +250,7 @@ def test_what_a_killed_driver_leaves_is_ended_on_the_next_start(short_tmp):
 def _record(folder: Path, **fields) -> Path:
     folder.mkdir(mode=0o700)
     (folder / ray_session.OWNER).write_text(json.dumps(
-        {"pid": os.getpid(), "start": ray_session._start_ticks(os.getpid()),
+        {"pid": os.getpid(), "start": ray_session.start_ticks(os.getpid()),
          "host": socket.gethostname(), "kept": False, **fields}))
     return folder
 

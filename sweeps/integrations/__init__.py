@@ -3,3 +3,5 @@
 Each module imports its library on use only; install it with ``pip install
 sweeps[lightning]`` or ``sweeps[huggingface]``.
 """
+
+__all__ = ["huggingface", "lightning"]  # modules: each imports its library

@@ -455,7 +455,7 @@ def base_reference(sweep: Sweep, book: TrialBook) -> BaseReference | None:
 Runner = Callable[[list[dict[str, Any]], str], None]
 
 
-def _holding(judged: list[Confirmation]) -> int:
+def mark_poor(judged: list[Confirmation]) -> int:
     """How many hold, once those far behind the best are marked ``poor``.
 
     A candidate off the front (a dominated or pruned search trial, tried because better
@@ -476,7 +476,7 @@ def _holding(judged: list[Confirmation]) -> int:
     return sum(c.holds for c in judged)
 
 
-def _affordable(sweep: Sweep, book: TrialBook, queue: list[TrialRecord], need: int) -> int:
+def affordable(sweep: Sweep, book: TrialBook, queue: list[TrialRecord], need: int) -> int:
     """How many of the next candidates a round may take: as many as the rest of
     ``budget.total_steps`` can re-run in full (``need`` without a step budget)."""
     budget = sweep.spec.budget
@@ -539,12 +539,12 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
     queue = [r for r in queue if r.trial_id not in done]
     base_runs = plan_base(sweep, book)
     def found() -> int:  # configs the search found that hold (the base config is apart)
-        _holding(judged)
+        mark_poor(judged)
         return sum(c.holds for c in judged if base is None or c.trial_id != base.trial_id)
 
     while queue and found() < conf.keep:
         need = conf.keep - found()
-        take = _affordable(sweep, book, queue, need)
+        take = affordable(sweep, book, queue, need)
         if take == 0 and not found():
             take = 1  # nothing the search found holds yet: settle the best remaining one
         if take == 0:
@@ -563,7 +563,7 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
             run_stage(plan(sweep, book, alive))
         judged += [verdict(r) for r in batch]
     run_stage(base_runs)
-    _holding(judged)
+    mark_poor(judged)
     if not any(c.holds for c in judged) and judged:
         notes.append(_unsettled_note(sweep, book, judged))
     holding = sorted((c for c in judged if c.holds), key=Confirmation.rank_key)

@@ -114,7 +114,7 @@ def check_folder(folder: Path, sweep: Sweep) -> Path:
     return folder
 
 
-def _why_not(values: dict[str, Any], old_searched: set[str], sweep: Sweep) -> str | None:
+def why_not_fitting(values: dict[str, Any], old_searched: set[str], sweep: Sweep) -> str | None:
     """None when a trial with knob ``values`` fits the new space, else the reason."""
     for name, knob in sweep.space.items():
         if name in values:
@@ -148,7 +148,7 @@ def load(folder: Path, sweep: Sweep) -> WarmStart:
         if trial.state != optuna.trial.TrialState.COMPLETE:
             warm.skipped[trial.state.name.lower()] += 1
             continue
-        why = _why_not({**fixed, **trial.params}, set(trial.params), sweep)
+        why = why_not_fitting({**fixed, **trial.params}, set(trial.params), sweep)
         if why is not None:
             warm.skipped[why] += 1
             continue

@@ -170,12 +170,12 @@ class ProgressLines(Callback):
 
     def _steps_left(self) -> float:
         """Training steps still to run: of a step budget what is left of it (the race runs
-        inside it); of a trial count the search's (:meth:`_search_steps_left`) and the
+        inside it); of a trial count the search's (:meth:`search_steps_left`) and the
         race's re-runs not yet run (``Sweep.confirm_steps`` less what re-runs ran)."""
         if self.total is None and self.step_budget:
             return max(0, self.step_budget - self._all_spent())
         reruns = self._all_spent() - self.book.steps_spent()
-        return self._search_steps_left() + max(0, self.book.sweep.confirm_steps - reruns)
+        return self.search_steps_left() + max(0, self.book.sweep.confirm_steps - reruns)
 
     def fragile_extra(self, now: float | None = None) -> float:
         """Seconds one more confirmation round would add (NaN until told; 0 in a stage):
@@ -205,7 +205,7 @@ class ProgressLines(Callback):
             return math.nan
         return training / spent
 
-    def _search_steps_left(self) -> float:
+    def search_steps_left(self) -> float:
         """Training steps the search still runs: of a step budget, what is left of it; of a
         trial count, the trials not finished times the expected length of a trial (see
         :func:`expected_length`) less what the running ones already ran."""
@@ -221,9 +221,9 @@ class ProgressLines(Callback):
     def tally(self) -> str:
         counts = ", ".join(f"{k} {n}" for k, n in sorted(self.counts.items()))
         best = f" | best {self.best[1]}" if self.best else ""
-        return f"{counts}{best} | {self._time_text()}"
+        return f"{counts}{best} | {self.time_text()}"
 
-    def _time_text(self, now: float | None = None) -> str:
+    def time_text(self, now: float | None = None) -> str:
         elapsed, left = self.eta(now)
         eta = "?" if math.isnan(left) else f"~{left:.0f}s"
         if self.stage is not None:
@@ -244,7 +244,7 @@ class ProgressLines(Callback):
         table.add_row("failed", ", ".join(f"{k} {n}" for k, n in sorted(failed.items()))
                       or "-")
         table.add_row("best so far", self.best[1] if self.best else "-")
-        table.add_row("time", self._time_text())
+        table.add_row("time", self.time_text())
         return table
 
 

@@ -286,7 +286,7 @@ class StabilityAwareSearch(OptunaSearch):
         completed = compat.optuna_search_completed(self)
         ot_trials = compat.optuna_search_trials(self)
         ot_trial, study = ot_trials[trial_id], self.study
-        if _is_finished(study, ot_trial.number):
+        if is_finished(study, ot_trial.number):
             completed.add(trial_id)  # told before the driver restarted
             return
         ot_trial.set_user_attr("ray_trial_id", trial_id)
@@ -316,7 +316,7 @@ class StabilityAwareSearch(OptunaSearch):
         completed.add(trial_id)
 
 
-def _is_finished(study: optuna.Study, number: int) -> bool:
+def is_finished(study: optuna.Study, number: int) -> bool:
     """Whether the study's trial ``number`` was told an outcome."""
     return any(t.number == number and t.state.is_finished()
                for t in study.get_trials(deepcopy=False))

@@ -146,7 +146,7 @@ def temp_base() -> Path:
                     "(e.g. /tmp or /dev/shm)")
 
 
-def _start_ticks(pid: int) -> int | None:
+def start_ticks(pid: int) -> int | None:
     """When process ``pid`` started (clock ticks after boot), or None if it is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -159,7 +159,7 @@ def _driver_alive(owner: dict) -> bool:
     pid = owner.get("pid")
     if not isinstance(pid, int):
         return True  # not ours to judge
-    ticks = _start_ticks(pid)
+    ticks = start_ticks(pid)
     return ticks is not None and ticks == owner.get("start")
 
 
@@ -213,7 +213,7 @@ def end_processes(pids: list[int], grace: float = 1.0) -> None:
     """SIGTERM, then SIGKILL to what is left after ``grace`` seconds (the agents a killed
     driver leaves behind ignore SIGTERM: measured, still up 10 s after it)."""
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
-        live = [p for p in pids if _alive(p)]
+        live = [p for p in pids if is_alive(p)]
         for pid in live:
             try:
                 os.kill(pid, sig)
@@ -222,12 +222,12 @@ def end_processes(pids: list[int], grace: float = 1.0) -> None:
         deadline = time.monotonic() + wait
         while live and time.monotonic() < deadline:
             time.sleep(0.1)
-            live = [p for p in live if _alive(p)]
+            live = [p for p in live if is_alive(p)]
         if not live:
             return
 
 
-def _alive(pid: int) -> bool:
+def is_alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
@@ -276,7 +276,7 @@ def _private_folder() -> Path:
 
 
 def _write_owner(folder: Path, kept: bool) -> None:
-    record = {"pid": os.getpid(), "start": _start_ticks(os.getpid()),
+    record = {"pid": os.getpid(), "start": start_ticks(os.getpid()),
               "host": socket.gethostname(), "kept": kept}
     (folder / OWNER).write_text(json.dumps(record) + "\n")
 

@@ -10,7 +10,7 @@ import pytest
 
 from sweeps.protocol import LR_SCALE_KEY, ROLE_KEY, SEED_KEY
 from sweeps.record.book import TrialBook, TrialRecord
-from sweeps.results.confirm import _affordable, _holding, fresh_seeds, judge, ladder, plan
+from sweeps.results.confirm import affordable, fresh_seeds, judge, ladder, mark_poor, plan
 from sweeps.spec.loader import Sweep
 from tests.unit.conftest import book_of, load_linreg, rec
 
@@ -163,12 +163,12 @@ def test_holding_marks_far_off_front_candidates_poor(tmp_path: Path) -> None:
                    _rerun("near", 2, 0.2), on_front=False)
     front_far = _judged(sweep, rec("ff", val_loss=0.5), _rerun("ff", 1, 0.5),
                         _rerun("ff", 2, 0.5), on_front=True)
-    assert _holding([good, far, near, front_far]) == 3
+    assert mark_poor([good, far, near, front_far]) == 3
     assert far.verdict == "poor" and far.poor_against == 0.1
     assert "44% behind the best confirmed config's 0.1" in far.fragile_reason
     assert near.holds and front_far.holds
-    assert _holding([far]) == 1 and far.verdict == "confirmed"  # judged afresh each time
-    assert _holding([]) == 0
+    assert mark_poor([far]) == 1 and far.verdict == "confirmed"  # judged afresh each time
+    assert mark_poor([]) == 0
 
 
 def _spent(sweep: Sweep, steps: int) -> TrialBook:
@@ -180,7 +180,7 @@ def _spent(sweep: Sweep, steps: int) -> TrialBook:
 def test_affordable_without_step_budget_takes_what_is_needed(tmp_path: Path) -> None:
     sweep = _sweep(tmp_path)
     queue = [rec(f"c{i}") for i in range(5)]
-    assert _affordable(sweep, _spent(sweep, 10_000), queue, 3) == 3
+    assert affordable(sweep, _spent(sweep, 10_000), queue, 3) == 3
 
 
 def test_affordable_counts_full_reruns_left_in_the_step_budget(tmp_path: Path) -> None:
@@ -188,6 +188,6 @@ def test_affordable_counts_full_reruns_left_in_the_step_budget(tmp_path: Path) -
                         confirm={"seeds": 2, "lr_probe": 2.0})
     queue = [rec(f"c{i}") for i in range(5)]
     # each candidate costs 3 re-runs x 60 steps = 180 steps
-    assert _affordable(sweep, _spent(sweep, 1000 - 400), queue, 4) == 2
-    assert _affordable(sweep, _spent(sweep, 1000 - 179), queue, 4) == 0
-    assert _affordable(sweep, _spent(sweep, 0), queue, 1) == 1
+    assert affordable(sweep, _spent(sweep, 1000 - 400), queue, 4) == 2
+    assert affordable(sweep, _spent(sweep, 1000 - 179), queue, 4) == 0
+    assert affordable(sweep, _spent(sweep, 0), queue, 1) == 1

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import optuna
 from optuna.trial import TrialState
 
-from sweeps.tune.searcher import _is_finished, fail_interrupted, study_storage
+from sweeps.tune.searcher import fail_interrupted, is_finished, study_storage
 
 
 def test_running_trials_are_failed_and_marked_interrupted(tmp_path):
@@ -15,7 +15,7 @@ def test_running_trials_are_failed_and_marked_interrupted(tmp_path):
     study = optuna.create_study(study_name="s", storage=study_storage(sweep))
     done, left = study.ask(), study.ask()
     study.tell(done, 1.0)
-    assert _is_finished(study, done.number) and not _is_finished(study, left.number)
+    assert is_finished(study, done.number) and not is_finished(study, left.number)
     assert fail_interrupted(sweep) == 1
     reread = optuna.load_study(study_name="s", storage=study_storage(sweep))
     by_number = {t.number: t for t in reread.get_trials()}
@@ -23,7 +23,7 @@ def test_running_trials_are_failed_and_marked_interrupted(tmp_path):
     assert by_number[left.number].user_attrs == {"status": "interrupted"}
     assert by_number[done.number].state == TrialState.COMPLETE
     assert by_number[done.number].user_attrs == {}
-    assert _is_finished(reread, left.number)
+    assert is_finished(reread, left.number)
     assert fail_interrupted(sweep) == 0
 
 

@@ -86,3 +86,64 @@ def test_no_import_circle_in_the_package() -> None:
                     seen.add(nxt)
                     stack.append((nxt, [*trail, nxt]))
     assert not circles, circles[:3]
+
+
+PACKAGES = ["spec", "trial", "record", "tune", "results", "state", "commands", "rules",
+            "preflight", "cluster", "integrations"]
+
+
+def test_every_package_has_a_public_surface_that_resolves() -> None:
+    import importlib
+
+    for name in PACKAGES:
+        package = importlib.import_module(f"sweeps.{name}")
+        assert package.__all__, name
+        if name == "integrations":  # its modules import Lightning / transformers
+            continue
+        for public in package.__all__:
+            assert getattr(package, public) is not None, (name, public)
+
+
+def _private_uses(path: Path, modules: set[str]) -> list[str]:
+    """``from sweeps.x import _name`` and ``mod._name`` on a sweeps module in a test."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    bound: set[str] = set()
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sweeps"):
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append(f"{node.module}.{alias.name}")
+                if f"{node.module}.{alias.name}" in modules:
+                    bound.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            bound |= {a.asname for a in node.names if a.asname and a.name in modules}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+                node.value.id in bound and node.attr.startswith("_") and \
+                not node.attr.startswith("__"):
+            found.append(f"{node.value.id}.{node.attr}")
+    return found
+
+
+def test_tests_go_through_public_names() -> None:
+    """A test that reaches into a module's private names pins its insides: tests use the
+    public names (a behaviour worth testing has one)."""
+    modules = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+               for p in (ROOT / "sweeps").rglob("*.py")}
+    found = {str(p.relative_to(ROOT)): uses for p in sorted((ROOT / "tests").rglob("*.py"))
+             if (uses := _private_uses(p, modules))}
+    assert not found, found
+
+
+def test_no_public_name_hides_a_module_of_its_package() -> None:
+    """``from sweeps.state import seal`` must keep giving the module, not a function."""
+    import importlib
+
+    for name in PACKAGES:
+        package = importlib.import_module(f"sweeps.{name}")
+        modules = {p.stem for p in (ROOT / "sweeps" / name).glob("*.py")}
+        if name != "integrations":
+            assert not set(package.__all__) & modules, name

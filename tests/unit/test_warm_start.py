@@ -102,10 +102,10 @@ def test_search_on_quality_searches_the_first_objective(tmp_path: Path) -> None:
 
 
 def test_why_not(linreg_sweep: Sweep) -> None:
-    assert ws._why_not({"lr": 0.1}, {"lr"}, linreg_sweep) is None
-    assert ws._why_not({"lr": 100.0}, {"lr"}, linreg_sweep) == "lr outside the new space"
-    assert ws._why_not({}, set(), linreg_sweep) == "lr not in the earlier sweep"
-    assert ws._why_not({"lr": 0.1, "wd": 0.1}, {"lr", "wd", "mom"}, linreg_sweep) == \
+    assert ws.why_not_fitting({"lr": 0.1}, {"lr"}, linreg_sweep) is None
+    assert ws.why_not_fitting({"lr": 100.0}, {"lr"}, linreg_sweep) == "lr outside the new space"
+    assert ws.why_not_fitting({}, set(), linreg_sweep) == "lr not in the earlier sweep"
+    assert ws.why_not_fitting({"lr": 0.1, "wd": 0.1}, {"lr", "wd", "mom"}, linreg_sweep) == \
         "mom no longer in the space"
 
 
