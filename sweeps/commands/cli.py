@@ -113,6 +113,10 @@ def cmd_stability(args: argparse.Namespace) -> int:
     from sweeps.spec.loader import load_sweep
     from sweeps.trial.tryout import _with_budget
 
+    if args.probe:
+        from sweeps.commands.stability import cmd_probe
+
+        return cmd_probe(args)
     sweep = load_sweep(args.file, workdir=Path.cwd())
     if args.steps:
         sweep = _with_budget(sweep, args.steps)
@@ -419,6 +423,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--address", default=None)
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--no-preflight", action="store_true")
+    p.add_argument("--probe", action="store_true", help="search the boundary adaptively "
+                   "(bracket, then bisection to 1.25x) instead of a grid; --range bounds it")
+    p.add_argument("--format", choices=["text", "json"], default="text",
+                   help="with --probe: the answer as text or JSON")
     p.set_defaults(func=cmd_stability)
 
     p = sub.add_parser("preflight", help="check compile modes, the LR schedule and input scale")

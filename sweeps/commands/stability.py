@@ -1,8 +1,11 @@
-"""``sweeps stability``: run the grid on Ray and write stability.csv / .md (and a map)."""
+"""``sweeps stability``: run the grid on Ray and write stability.csv / .md (and a map), or
+with ``--probe`` search the boundary one trial at a time and write boundary.md."""
 
 from __future__ import annotations
 
+import math
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -10,12 +13,14 @@ from typing import Any
 import pandas as pd
 
 from sweeps.errors import SpecError
+from sweeps.protocol import CRASH, SEED_KEY, STATUS_KEY
 from sweeps.record.book import TrialBook, books_of, open_book
-from sweeps.results import stability
+from sweeps.results import boundary, stability
 from sweeps.results.files import write_csv, write_histories
 from sweeps.spec.loader import Sweep
 from sweeps.state.atomic import write_text
 from sweeps.state.folder_lock import claim
+from sweeps.trial.run import prepare_process, run_trainer
 from sweeps.trial.tryout import try_values
 from sweeps.tune.experiments import run_configs
 from sweeps.tune.session import ray_running
@@ -122,3 +127,122 @@ def _edge(below, above) -> str:
         return "not found in the grid"
     low = stability.label(below.key[:1]) if below else "(none stable)"
     return f"between {low} and {stability.label(above.key[:1])} ({above.verdict()})"
+
+
+# -- the boundary probe (``--probe``) ---------------------------------------------------------
+
+#: The probe's report, under :data:`STABILITY_DIR`.
+BOUNDARY_FILE = "boundary.md"
+
+
+def probe_range(sweep: Sweep, param: str, text: str | None) -> tuple[float, float]:
+    """``--range LOW:HIGH``, else the search space's range of ``lr``; a SpecError otherwise."""
+    _check_knob(sweep, param, [1], "--param")
+    if text:
+        low, sep, high = text.partition(":")
+        try:
+            lo, hi = float(low), float(high)
+        except ValueError:
+            lo = hi = -1.0
+        if not sep or not 0 < lo < hi:
+            raise SpecError("--range", f"{text!r} is not 0 < LOW < HIGH",
+                            "write e.g. --probe --range 1e-5:10")
+        return lo, hi
+    knob = sweep.space.get(param)
+    low, high = getattr(knob, "low", None), getattr(knob, "high", None)
+    if param != "lr" or not isinstance(low, (int, float)) or not isinstance(high, (int, float)) \
+            or not 0 < low < high:
+        raise SpecError("--probe", f"no range to probe {param!r} in (only lr's range in the "
+                        "search space is used, and it must be numeric with 0 < low < high)",
+                        "give the range: --range LOW:HIGH, e.g. --range 1e-5:10")
+    return float(low), float(high)
+
+
+def run_probe(sweep: Sweep, param: str, rng: tuple[float, float], *, seeds: int = 3,
+              echo: Callable[[str], None] | None = None) -> boundary.Boundary:
+    """Probe the boundary of ``param`` one trial at a time in this process (no Ray) and
+    write ``boundary.md``; ``sweep`` is the :func:`stability_sweep`, its budget the steps."""
+    _check_knob(sweep, param, [1], "--param")
+    if seeds < 1:
+        raise SpecError("--seeds", f"{seeds} is below 1", "give e.g. --seeds 3")
+    base = try_values(sweep, {})
+    start = base.get(param)
+    if not isinstance(start, (int, float)) or isinstance(start, bool) or not start > 0:
+        start = math.sqrt(rng[0] * rng[1])
+    prepare_process(sweep, int(sweep.spec.resources.cpu), shared_cache=False)
+
+    def run(value: float, seed: int) -> boundary.SeedRun:
+        one = _probe_run(sweep, {**base, param: value, SEED_KEY: seed})
+        if echo:
+            why = "held" if one.held else f"failed: {one.reason} at step {one.stop_step}"
+            echo(f"probe {param}={value:.4g} seed {seed}: {why} ({one.steps} steps)")
+        return one
+
+    steps = int(sweep.spec.budget.max_steps)
+    with claim(sweep.output_dir, "stability"):  # marks and holds the stability folder
+        result = boundary.probe(run, float(start), *rng,
+                                seeds=[sweep.spec.seed + i for i in range(seeds)],
+                                steps_per_run=steps)
+        md = [f"# Stability boundary of {sweep.name} in {param}", "",
+              *boundary.summary(result, param), "", "Probes:", "",
+              *boundary.probe_lines(result)]
+        write_text(sweep.output_dir / BOUNDARY_FILE, "\n".join(md) + "\n")
+    return result
+
+
+def _probe_run(sweep: Sweep, config: dict[str, Any]) -> boundary.SeedRun:
+    """One full-length run (a rule stops it at its verdict): it fails when a rule gave an
+    instability verdict other than a slow one (as the grid's ``explodes``/``borderline``);
+    a crash (a trainer error, not instability) is raised as a RuntimeError."""
+    final: dict[str, Any] = {}
+    reporter = run_trainer(sweep, config, "probe", final.update)
+    steps = int(reporter.history[-1].get("step", len(reporter.history))) \
+        if reporter.history else 0
+    verdict = reporter.verdict
+    if final.get(STATUS_KEY) == CRASH:
+        raise RuntimeError(f"the trainer crashed at {config} (not an instability): "
+                           f"{verdict.summary() if verdict else 'no verdict'}")
+    if verdict is None or verdict.reason in stability.SLOW_REASONS:
+        return boundary.SeedRun(True, steps)
+    return boundary.SeedRun(False, steps, verdict.reason, int(verdict.step))
+
+
+def cmd_probe(args: Any) -> int:
+    """``sweeps stability FILE --param P --probe``: flags checked, probe run, answer printed
+    (plain text, or JSON with ``--format json``); 1 when the trainer crashed."""
+    import json
+    import sys
+
+    from sweeps.commands.run import preflight
+    from sweeps.spec.loader import load_sweep
+    from sweeps.trial.tryout import _with_budget
+
+    for flag, given in (("--values", args.values), ("--and", args.and_)):
+        if given:
+            raise SpecError(flag, "does not go with --probe (the probe picks its own "
+                            "values, one knob only)",
+                            f"drop {flag}, or drop --probe to run a grid")
+    sweep = load_sweep(args.file, workdir=Path.cwd())
+    if args.steps:
+        sweep = _with_budget(sweep, args.steps)
+    rng = probe_range(sweep, args.param, args.range)
+
+    def echo(line: str) -> None:
+        if not args.quiet:
+            print(line, file=sys.stderr, flush=True)
+
+    with claim(sweep.output_dir, "stability"):
+        sweep = stability_sweep(sweep)
+        if not args.no_preflight:
+            sweep = preflight(sweep)
+        try:
+            result = run_probe(sweep, args.param, rng, seeds=args.seeds, echo=echo)
+        except RuntimeError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    if args.format == "json":
+        print(json.dumps(result.as_dict(), indent=2))
+    else:
+        print("\n".join([*boundary.summary(result, args.param), *boundary.probe_lines(result),
+                         f"written: {sweep.output_dir / BOUNDARY_FILE}"]))
+    return 0

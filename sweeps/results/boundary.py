@@ -1,0 +1,204 @@
+"""The boundary probe: an adaptive search for the largest knob value (e.g. LR) that holds.
+
+Pure logic, no trainer: :func:`probe` takes ``run(value, seed) -> SeedRun`` and does an
+exponential bracket from a start value (×/÷ ``FACTOR`` within ``[low, high]``), then
+bisection in log space until ``high / low <= RATIO``. A point *holds* when every probe
+seed held; seeds are added one at a time (up to ``seeds``) only while the point holds,
+since a point that failed on one seed is failed. :func:`grid_steps` is what a log grid of
+the same resolution over the bracketed range would cost.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Bracket step: ×FACTOR up until a point fails, ÷FACTOR down until one holds.
+FACTOR = 4.0
+#: Bisect until the interval's high / low is at most this.
+RATIO = 1.25
+
+
+@dataclass(frozen=True)
+class SeedRun:
+    """One run of one seed at one value: held, or why and where it failed; its steps."""
+
+    held: bool
+    steps: int
+    reason: str | None = None
+    stop_step: int | None = None
+
+
+@dataclass
+class Point:
+    """One probed value: the seeds run there and the outcome."""
+
+    value: float
+    seeds: list[int] = field(default_factory=list)
+    runs: list[SeedRun] = field(default_factory=list)
+
+    @property
+    def held(self) -> bool:
+        return bool(self.runs) and all(r.held for r in self.runs)
+
+    @property
+    def steps(self) -> int:
+        return sum(r.steps for r in self.runs)
+
+    def row(self) -> dict[str, Any]:
+        """The JSON form: value, seeds, outcome, reason and stop step of the failing seed."""
+        bad = next((r for r in self.runs if not r.held), None)
+        return {"lr": self.value, "seeds": list(self.seeds),
+                "outcome": "held" if self.held else "failed",
+                "reason": bad.reason if bad else None,
+                "stop_step": bad.stop_step if bad else None, "steps": self.steps}
+
+
+@dataclass
+class Boundary:
+    """The probe's answer: the largest value that held and the smallest that failed
+    (either None when the range has no such value), every point, and the cost."""
+
+    low: float | None
+    high: float | None
+    points: list[Point]
+    bracket: tuple[float, float]
+    seeds: int
+    steps_per_run: int
+
+    @property
+    def steps(self) -> int:
+        return sum(p.steps for p in self.points)
+
+    @property
+    def grid_steps(self) -> int:
+        return grid_steps(*self.bracket, self.seeds, self.steps_per_run)
+
+    def as_dict(self) -> dict[str, Any]:
+        grid = self.grid_steps
+        return {"boundary_low": self.low, "boundary_high": self.high,
+                "width": self.high / self.low if self.low and self.high else None,
+                "steps": self.steps, "grid_steps": grid,
+                "grid_points": grid_points(*self.bracket),
+                "ratio": self.steps / grid if grid else None,
+                "bracket": list(self.bracket), "seeds": self.seeds,
+                "steps_per_run": self.steps_per_run,
+                "probes": [p.row() for p in self.points]}
+
+
+def grid_points(low: float, high: float, ratio: float = RATIO) -> int:
+    """Points of a log grid from ``low`` to ``high`` with at most ``ratio`` between neighbours."""
+    if high <= low:
+        return 1
+    return math.ceil(math.log(high / low) / math.log(ratio) - 1e-9) + 1
+
+
+def grid_steps(low: float, high: float, seeds: int, steps: int, ratio: float = RATIO) -> int:
+    """Steps of that grid run in full on ``seeds`` seeds."""
+    return grid_points(low, high, ratio) * seeds * steps
+
+
+def probe(run: Callable[[float, int], SeedRun], start: float, low: float, high: float, *,
+          seeds: list[int], steps_per_run: int, factor: float = FACTOR,
+          ratio: float = RATIO) -> Boundary:
+    """Bracket then bisect the boundary of ``run`` within ``[low, high]`` (``0 < low <= high``),
+    starting from ``start`` (clamped into the range).
+
+    Bracket and bisection run the first seed only; the final held value then runs the other
+    seeds, and when one fails there it becomes the failed end and the search goes on below
+    it (values under the answer need no more seeds: the answer only claims its two ends).
+    """
+    if not 0 < low <= high:
+        raise ValueError(f"need 0 < low <= high, got {low}, {high}")
+    if not seeds:
+        raise ValueError("need at least one seed")
+    points: dict[float, Point] = {}
+
+    def holds(value: float, upto: int = 1) -> bool:
+        point = points.setdefault(value, Point(value))
+        for seed in seeds[len(point.seeds):upto]:
+            if point.runs and not point.held:
+                break
+            point.seeds.append(seed)
+            point.runs.append(run(value, seed))
+        return point.held
+
+    ok, bad = _bracket(holds, min(max(start, low), high), low, high, factor)
+    probed = sorted(points)  # no edge in the range: the grid would span what was probed
+    bracket = (ok, bad) if ok is not None and bad is not None else (probed[0], probed[-1])
+    while ok is not None:
+        while bad is not None and bad / ok > ratio:
+            mid = math.sqrt(ok * bad)
+            ok, bad = (mid, bad) if holds(mid) else (ok, mid)
+        if holds(ok, len(seeds)):
+            break
+        bad = ok  # failed on a later seed: search below it
+        below = [p.value for p in points.values() if p.held and p.value < bad]
+        ok = max(below) if below else _down(holds, bad, low, factor)
+        if ok is not None:
+            bad = min(p.value for p in points.values() if not p.held and p.value > ok)
+    ordered = sorted(points.values(), key=lambda p: p.value)
+    return Boundary(ok, bad, ordered, bracket, len(seeds), steps_per_run)
+
+
+def _bracket(holds: Callable[[float], bool], x: float, low: float, high: float,
+             factor: float) -> tuple[float | None, float | None]:
+    """(a value that held, the next one up that failed); None where the range ends first."""
+    if holds(x):
+        while x < high:
+            up = min(x * factor, high)
+            if not holds(up):
+                return x, up
+            x = up
+        return x, None
+    while x > low:
+        down = max(x / factor, low)
+        if holds(down):
+            return down, x
+        x = down
+    return None, x
+
+
+def _down(holds: Callable[[float], bool], x: float, low: float, factor: float) -> float | None:
+    """The first value that held going down from ``x`` by ``factor``, or None at ``low``."""
+    while x > low:
+        x = max(x / factor, low)
+        if holds(x):
+            return x
+    return None
+
+
+def summary(b: Boundary, name: str = "lr") -> list[str]:
+    """The answer as lines of plain text (stdout and boundary.md)."""
+    d = b.as_dict()
+    if b.low is not None and b.high is not None:
+        head = (f"boundary: {name} between {b.low:.4g} (held on {b.seeds} seed(s)) and "
+                f"{b.high:.4g} (failed), high/low = {d['width']:.3g}")
+    elif b.high is None:
+        head = (f"boundary: not found: {name} held up to the range's top {b.low:.4g}; "
+                "raise --range HIGH")
+    else:
+        head = (f"boundary: not found: {name} failed down to the range's bottom "
+                f"{b.high:.4g}; lower --range LOW")
+    return [head,
+            f"steps: {d['steps']} spent on {len(b.points)} probe point(s); a log grid over "
+            f"{b.bracket[0]:.4g}..{b.bracket[1]:.4g} with ratio {RATIO:g} "
+            f"({d['grid_points']} points × {b.seeds} seed(s) × {b.steps_per_run} steps) "
+            f"would cost {d['grid_steps']} (ratio {d['ratio']:.2f})"]
+
+
+def probe_lines(b: Boundary) -> list[str]:
+    """One line per probed point, in value order."""
+    out = []
+    for p in b.points:
+        r = p.row()
+        why = f" ({r['reason']} at step {r['stop_step']})" if r["reason"] else ""
+        held = [str(s) for s, run in zip(p.seeds, p.runs, strict=False) if run.held]
+        failed = [str(s) for s, run in zip(p.seeds, p.runs, strict=False) if not run.held]
+        seeds = (f"failed on seed(s) {', '.join(failed)}{why}"
+                 + (f", held on {', '.join(held)}" if held else "")) if failed \
+            else f"held on seed(s) {', '.join(held)}"
+        out.append(f"  {p.value:.4g}: {seeds}, {p.steps} steps")
+    return out
