@@ -124,6 +124,11 @@ class Budget(_Strict):
         cap = self.trial_cap
         return cap if cap is not None else max(1, (self.total_steps or 0) // self.max_steps)
 
+    @property
+    def startup_trials(self) -> int:
+        """The sampler's random start: TPE models the space only after this many trials."""
+        return min(10, max(4, self.expected_trials // 4))
+
 
 class Confirm(_Strict):
     """Re-runs of the best candidates before a config is written to stable/."""

@@ -55,9 +55,8 @@ def make_sampler(sweep: Sweep) -> optuna.samplers.BaseSampler:
     so concurrent asks do not land on the same spot.
     """
     budget = sweep.spec.budget
-    startup = min(10, max(4, budget.expected_trials // 4))
     return optuna.samplers.TPESampler(
-        seed=sweep.spec.seed, multivariate=True, n_startup_trials=startup,
+        seed=sweep.spec.seed, multivariate=True, n_startup_trials=budget.startup_trials,
         constant_liar=budget.concurrent > 1)
 
 
