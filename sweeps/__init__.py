@@ -6,8 +6,9 @@ modules (``sweeps.rules``, ``sweeps.spec.loader``, ``sweeps.results.files``) do 
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from sweeps._lazy import exports
 
 if TYPE_CHECKING:
     from sweeps.rules.verdict import REASONS, Verdict
@@ -29,19 +30,8 @@ _LAZY: dict[str, str] = {
     "TrialStopped": "sweeps.trial.reporter",
 }
 
+#: Spelt out (not computed) so that type checkers and linters see the public names.
 __all__ = ["COMPILE_MODES", "Monitor", "REASONS", "Report", "TrialInfo", "TrialStopped",
            "Verdict", "compile_mode", "compile_model"]
+__getattr__, __dir__ = exports(__name__, _LAZY, globals())[1:]
 __version__ = "0.1.0"
-
-
-def __getattr__(name: str) -> Any:
-    """Load a public name from its module the first time it is asked for."""
-    if name not in _LAZY:
-        raise AttributeError(f"module 'sweeps' has no attribute {name!r}")
-    value = getattr(import_module(_LAZY[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])

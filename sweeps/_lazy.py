@@ -8,10 +8,11 @@ from importlib import import_module
 from typing import Any
 
 
-def exports(package: str, names: dict[str, str],
-            namespace: dict[str, Any]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """``__getattr__`` and ``__dir__`` for ``package``: each of ``names`` (name -> the
-    module defining it) is imported on first use and cached in ``namespace``."""
+def exports(package: str, names: dict[str, str], namespace: dict[str, Any]
+            ) -> tuple[list[str], Callable[[str], Any], Callable[[], list[str]]]:
+    """``__all__``, ``__getattr__`` and ``__dir__`` for ``package``: each of ``names``
+    (name -> the module defining it) is imported on first use and cached in
+    ``namespace``."""
 
     def getattr_(name: str) -> Any:
         if name not in names:
@@ -21,6 +22,6 @@ def exports(package: str, names: dict[str, str],
         return value
 
     def dir_() -> list[str]:
-        return sorted([*namespace, *names])
+        return sorted({*namespace, *names})
 
-    return getattr_, dir_
+    return sorted(names), getattr_, dir_

@@ -81,3 +81,9 @@ def flagged(word: str, rest: Any, style: str = "bold red") -> Text:
 def echo(text: Any, file: IO[str] | None = None) -> None:
     """``print`` of :func:`clean` text (to stdout unless ``file``)."""
     print(clean(text), file=file if file is not None else sys.stdout)
+
+
+def echo_stderr(text: Any) -> None:
+    """:func:`echo` to stderr: warnings and notes, which may carry a folder's name or a
+    tracking error."""
+    echo(text, file=sys.stderr)

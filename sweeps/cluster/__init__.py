@@ -14,5 +14,4 @@ _LAZY = {
     "find_token": "sweeps.cluster.auth",
     "token_may_go_to": "sweeps.cluster.auth",
 }
-__all__ = sorted(_LAZY)
-__getattr__, __dir__ = exports(__name__, _LAZY, globals())
+__all__, __getattr__, __dir__ = exports(__name__, _LAZY, globals())

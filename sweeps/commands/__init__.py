@@ -11,5 +11,4 @@ _LAZY = {
     "resume_sweep": "sweeps.commands.run",
     "SweepOutcome": "sweeps.commands.run",
 }
-__all__ = sorted(_LAZY)
-__getattr__, __dir__ = exports(__name__, _LAZY, globals())
+__all__, __getattr__, __dir__ = exports(__name__, _LAZY, globals())

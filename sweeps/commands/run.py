@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -32,6 +31,7 @@ from sweeps.state import folder_lock, saved_sweep
 from sweeps.state import seal as state_seal
 from sweeps.state.atomic import write_text
 from sweeps.state.layout import SELECTION_NOTES, STUDY_FILE, TRACKING_NOTE
+from sweeps.terminal import echo_stderr
 from sweeps.trial.knob_check import inert_knob
 from sweeps.tune.experiments import run_configs, run_search
 from sweeps.tune.searcher import fail_interrupted, study_storage
@@ -55,15 +55,7 @@ class SweepOutcome:
     tracking_error: str | None = None
 
 
-def _stderr(line: str) -> None:
-    """A warning or note on stderr, as text (folder names and tracking errors are not
-    markup, and their escape codes are removed)."""
-    from sweeps.terminal import echo
-
-    echo(line, file=sys.stderr)
-
-
-def preflight(sweep: Sweep, echo: Callable[[str], None] = _stderr) -> Sweep:
+def preflight(sweep: Sweep, echo: Callable[[str], None] = echo_stderr) -> Sweep:
     """Run the preflight checks, print and save them; raise if one is an error."""
     from sweeps.preflight import run_preflight, write_findings
 
@@ -107,7 +99,7 @@ def save_resolved(sweep: Sweep) -> None:
     saved_sweep.save(sweep)
     unsealed = state_seal.seal(out)
     if unsealed:
-        _stderr(f"warning: the results folder is not sealed ({unsealed}); `sweeps "
+        echo_stderr(f"warning: the results folder is not sealed ({unsealed}); `sweeps "
                 "resume` of it will need --trust-state")
 
 
@@ -141,7 +133,7 @@ def run_sweep(sweep: Sweep, *, address: str | None = None, progress: bool = True
     with folder_lock.claim(sweep.output_dir, "run"):
         moved = archive_previous(sweep.output_dir)
         if moved is not None:
-            _stderr(f"note: the previous results of this sweep were moved to {moved}")
+            echo_stderr(f"note: the previous results of this sweep were moved to {moved}")
         state_check.refuse_symlinks(sweep.output_dir)
         if check:
             sweep = preflight(sweep)
@@ -150,7 +142,7 @@ def run_sweep(sweep: Sweep, *, address: str | None = None, progress: bool = True
         if warm is not None:  # read again: preflight may have dropped choices of a knob
             warm = warm_start.load(warm_from, sweep)
             warm_start.seed_study(sweep, warm, study_storage(sweep))
-            _stderr(warm.line())
+            echo_stderr(warm.line())
         return _execute(sweep, address=address, progress=progress, tracking_uri=tracking_uri,
                         resume=False)
 
@@ -171,7 +163,7 @@ def resume_sweep(folder: Path, *, address: str | None = None, progress: bool = T
     _require_sweep(folder)
     state_seal.check(folder, trust=trust_state)  # before anything in it is touched
     with folder_lock.claim(folder, "resume"):
-        state_check.check_for_resume(folder, echo=_stderr)
+        state_check.check_for_resume(folder, echo=echo_stderr)
         sweep = load_resolved(folder)
         if total_steps is not None:
             sweep = with_total_steps(sweep, total_steps)
@@ -280,7 +272,7 @@ def write_outputs(sweep: Sweep, book: TrialBook, front: list[TrialRecord],
     except Exception as exc:  # tracking never ends a sweep
         first = scrub((str(exc).strip().splitlines() or [""])[0][:300], full)
         error = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
-        _stderr(f"warning: MLflow tracking failed ({error}); every other output is written "
+        echo_stderr(f"warning: MLflow tracking failed ({error}); every other output is written "
                 f"(trials.csv, pareto.csv, stable/, report.html); see {out / TRACKING_NOTE}")
         note = [f"MLflow: {uri}", f"NOT LOGGED: {error}",
                 "Every other output of the sweep is complete. To log it once the tracking "

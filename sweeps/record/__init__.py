@@ -12,5 +12,4 @@ _LAZY = {
     "books_of": "sweeps.record.book",
     "Journal": "sweeps.record.journal",
 }
-__all__ = sorted(_LAZY)
-__getattr__, __dir__ = exports(__name__, _LAZY, globals())
+__all__, __getattr__, __dir__ = exports(__name__, _LAZY, globals())

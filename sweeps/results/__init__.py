@@ -21,5 +21,4 @@ _LAZY = {
     "run_audit": "sweeps.results.audit",
     "log_sweep": "sweeps.results.tracking",
 }
-__all__ = sorted(_LAZY)
-__getattr__, __dir__ = exports(__name__, _LAZY, globals())
+__all__, __getattr__, __dir__ = exports(__name__, _LAZY, globals())

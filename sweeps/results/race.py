@@ -76,12 +76,16 @@ class Race:
         conf = self.sweep.spec.confirm
         return conf.seeds > 0 or (conf.lr_probe > 0 and "lr" in self.sweep.space)
 
+    def _book_key(self) -> tuple[int, int]:
+        """What the cached answers depend on: the trials recorded, and how many finished."""
+        return len(self.book.trials), sum(r.finished for r in self.book.trials.values())
+
     def judge(self, rec: TrialRecord) -> Confirmation:
         return judge(self.sweep, self.book, rec, on_front=True)
 
     def contenders(self) -> list[TrialRecord]:
         """The search trials in the race now, the base config's first, then best first."""
-        key = (len(self.book.trials), sum(r.finished for r in self.book.trials.values()))
+        key = self._book_key()
         if key != self._key:
             self._key, self._contenders = key, self._rank()
         return list(self._contenders)
@@ -119,7 +123,7 @@ class Race:
     def disagreed(self) -> bool:
         """Whether a search trial the race ran (the base config's included) is ``fragile``:
         it failed a fresh seed, or its seeds disagreed past ``confirm.tolerance``."""
-        key = (len(self.book.trials), sum(r.finished for r in self.book.trials.values()))
+        key = self._book_key()
         if self._disagreed_key != key:
             self._disagreed_key = key
             self._disagreed = any(

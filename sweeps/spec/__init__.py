@@ -12,5 +12,4 @@ _LAZY = {
     "read_yaml": "sweeps.spec.loader",
     "load_trainer": "sweeps.spec.trainer_loader",
 }
-__all__ = sorted(_LAZY)
-__getattr__, __dir__ = exports(__name__, _LAZY, globals())
+__all__, __getattr__, __dir__ = exports(__name__, _LAZY, globals())

@@ -13,5 +13,4 @@ _LAZY = {
     "check_for_report": "sweeps.state.check",
     "DamagedState": "sweeps.state.check",
 }
-__all__ = sorted(_LAZY)
-__getattr__, __dir__ = exports(__name__, _LAZY, globals())
+__all__, __getattr__, __dir__ = exports(__name__, _LAZY, globals())

@@ -29,7 +29,14 @@ import yaml
 
 from sweeps.errors import SpecError
 from sweeps.record.journal import JournalDamaged, Parsed, drop_torn_tail, event_problem, parse_lines
-from sweeps.state.layout import MLFLOW_DB, STATE_FILE, STUDY_FILE, SWEEP_FILE, TRIALS_DIR
+from sweeps.state.layout import (
+    MLFLOW_DB,
+    PARETO_CSV,
+    STATE_FILE,
+    STUDY_FILE,
+    SWEEP_FILE,
+    TRIALS_DIR,
+)
 
 #: Files and folders of a results folder the driver writes or reads back.
 STATE_FILES = (SWEEP_FILE, STATE_FILE, STUDY_FILE, MLFLOW_DB, TRIALS_DIR)
@@ -277,7 +284,7 @@ def check_outputs(folder: Path) -> None:
     lists (a driver stopped while writing them leaves trials.csv alone). Reads only."""
     fix = (f"run `sweeps resume {folder}`: it writes the outputs again from the journals "
            "(no trial runs again)")
-    pareto = folder / "pareto.csv"
+    pareto = folder / PARETO_CSV
     if not pareto.is_file():
         raise DamagedState("pareto.csv", "is missing: the sweep's outputs are incomplete (its "
                            "driver stopped while writing them)", fix)

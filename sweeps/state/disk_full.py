@@ -13,11 +13,12 @@ import errno
 import shutil
 from pathlib import Path
 
+from sweeps.state.layout import MARKER_FILE
+
 #: ``errno`` values that mean "no room to write".
 NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT})
 #: How libraries that do not keep the ``OSError`` say it (SQLite: MLflow's database).
 _NO_ROOM_TEXT = ("No space left on device", "Disk quota exceeded", "database or disk is full")
-MARKER = ".sweeps-results"  # sweeps.state.folder_lock.MARKER_FILE
 
 
 def no_room(exc: BaseException) -> OSError | None:
@@ -46,7 +47,7 @@ def _free(path: Path) -> str:
 
 
 def _results_folder(path: Path) -> Path | None:
-    return next((p for p in [path, *path.parents] if (p / MARKER).is_file()), None)
+    return next((p for p in [path, *path.parents] if (p / MARKER_FILE).is_file()), None)
 
 
 def message(error: OSError, folder: Path | None = None) -> str:
@@ -57,6 +58,6 @@ def message(error: OSError, folder: Path | None = None) -> str:
         f"could not write into {results}" if results is not None else "could not write"
     room = _free(where.parent if where is not None else results or Path.cwd())
     then = (f"free some space, then `sweeps resume {results}` finishes the sweep (every "
-            "finished trial is kept)" if results is not None and (results / MARKER).is_file()
+            "finished trial is kept)" if results is not None and (results / MARKER_FILE).is_file()
             else "free some space and run the command again")
     return f"error: disk full: {what} ({error.strerror or 'no space left'}; {room}); {then}"

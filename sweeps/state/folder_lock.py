@@ -55,6 +55,7 @@ from sweeps.errors import SpecError
 from sweeps.secrets import hide_credentials
 from sweeps.state import layout
 from sweeps.state.atomic import write_text
+from sweeps.terminal import echo_stderr
 
 LOCK_FILE = layout.LOCK_FILE
 OWNER_FILE = layout.OWNER_FILE
@@ -64,8 +65,9 @@ MARKER_FILE = layout.MARKER_FILE
 LEGACY_SIGNS = ("sweep_state.json",)
 _BOOKKEEPING = frozenset({LOCK_FILE, OWNER_FILE, MARKER_FILE})
 #: What sweeps itself may leave in a folder without its marker, and which command did.
-_LEFT_BY_SWEEPS = {"inductor_cache": "a compile cache, which `sweeps try` used to keep there",
-                   "preflight.md": "`sweeps preflight`", "stability": "`sweeps stability`"}
+_LEFT_BY_SWEEPS = {
+    layout.INDUCTOR_CACHE: "a compile cache, which `sweeps try` used to keep there",
+    layout.PREFLIGHT_MD: "`sweeps preflight`", layout.STABILITY_DIR: "`sweeps stability`"}
 #: errno values of a file system without (working) ``flock``.
 _NO_FLOCK = frozenset({errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL})
 
@@ -318,17 +320,9 @@ def _lock(folder: Path, command: str, warn: Callable[[str], None]) -> int | None
     return fd
 
 
-def _stderr(line: str) -> None:
-    """A warning or note on stderr, as text (folder names and tracking errors are not
-    markup, and their escape codes are removed)."""
-    from sweeps.terminal import echo
-
-    echo(line, file=sys.stderr)
-
-
 @contextmanager
 def claim(folder: Path, command: str, *,
-          warn: Callable[[str], None] = _stderr) -> Iterator[Path]:
+          warn: Callable[[str], None] = echo_stderr) -> Iterator[Path]:
     """Hold ``folder`` for ``command`` (re-entrant within a process); raise
     :class:`FolderInUse` or :class:`ForeignFolder` at once if it cannot be had."""
     folder = Path(folder)
@@ -363,7 +357,7 @@ def holds(folder: Path) -> bool:
 
 
 def move_aside(folder: Path, target: Path, command: str = "run",
-               warn: Callable[[str], None] = _stderr) -> Path:
+               warn: Callable[[str], None] = echo_stderr) -> Path:
     """Rename the results folder ``folder`` (which this process holds) to ``target`` and
     hold a fresh, empty ``folder`` in its place. Nobody else can have ``folder`` while it
     is renamed; the lock moves with the old folder and is dropped once the new one is held."""

@@ -16,5 +16,4 @@ _LAZY = {
     "try_trial": "sweeps.trial.tryout",
     "inert_knob": "sweeps.trial.knob_check",
 }
-__all__ = sorted(_LAZY)
-__getattr__, __dir__ = exports(__name__, _LAZY, globals())
+__all__, __getattr__, __dir__ = exports(__name__, _LAZY, globals())

@@ -23,6 +23,7 @@ from sweeps.rules.verdict import Verdict
 from sweeps.spec.loader import Sweep
 from sweeps.spec.space import fixed_values
 from sweeps.spec.trainer_loader import add_search_paths, load_trainer
+from sweeps.state.layout import INDUCTOR_CACHE
 from sweeps.trial import gpu
 from sweeps.trial.compile import compile_evidence, reset_compiler
 from sweeps.trial.failures import (
@@ -86,7 +87,7 @@ def prepare_process(sweep: Sweep, threads: int, *, shared_cache: bool = True) ->
 
     torch.set_num_threads(max(1, threads))
     if shared_cache:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(sweep.output_dir / "inductor_cache")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(sweep.output_dir / INDUCTOR_CACHE)
 
 
 def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink,

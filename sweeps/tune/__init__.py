@@ -12,5 +12,4 @@ _LAZY = {
     "study_storage": "sweeps.tune.searcher",
     "ray_running": "sweeps.tune.session",
 }
-__all__ = sorted(_LAZY)
-__getattr__, __dir__ = exports(__name__, _LAZY, globals())
+__all__, __getattr__, __dir__ = exports(__name__, _LAZY, globals())
