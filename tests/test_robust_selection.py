@@ -423,3 +423,24 @@ def test_resume_with_a_larger_step_budget_settles_what_the_budget_left(linreg_di
     assert len(read_results_csv(out / "pareto.csv").query("selection == 'confirmed'")) \
         > len(held)
     assert _yaml.safe_load((out / "sweep.yaml").read_text())["budget"]["total_steps"] == 600
+
+
+def test_the_lr_probe_holds_once_the_rules_could_tell(linreg_dir, ray_session):
+    """A probe asks only whether the candidate is stable at LR × 2: it ends ``ok`` at its
+    hold step (half of max_steps here, past every window), its fresh seeds run their
+    full length, and the margin is wide."""
+    edit_linreg(linreg_dir, name="probe-hold",
+                search_space={"lr": {"type": "loguniform", "low": 0.01, "high": 0.05}},
+                initial_points=[{"lr": 0.03}],
+                objectives=[{"metric": "val_loss", "mode": "min"}],
+                budget={"trials": 1, "max_steps": 100, "concurrent": 2, "scheduler": "none"},
+                confirm={"seeds": 1, "lr_probe": 2.0, "keep": 1, "base": False})
+    assert run_cli_in(linreg_dir, "run", "linreg.yaml", "--quiet") == 0
+    out = linreg_dir / "results" / "probe-hold"
+    trials = read_results_csv(out / "trials.csv")
+    probe = trials[trials["role"].str.startswith("probe:")]
+    fresh = trials[trials["role"].str.startswith("confirm:")]
+    assert list(probe["status"]) == ["ok"] and list(probe["steps"]) == [50]
+    assert list(fresh["status"]) == ["ok"] and list(fresh["steps"]) == [100]
+    pareto = read_results_csv(out / "pareto.csv")
+    assert pareto.iloc[0]["selection"] == "confirmed" and pareto.iloc[0]["lr_margin"] == "wide"

@@ -55,6 +55,8 @@ from sweeps.protocol import (
 from sweeps.record import objectives
 from sweeps.record.book import TrialBook, TrialRecord
 from sweeps.spec.loader import Objective, Sweep
+from sweeps.trial import horizon
+from sweeps.trial.run import trial_settings, trial_values
 
 #: Verdicts under which a candidate is handed over.
 HOLDS = ("confirmed", "unconfirmed")
@@ -358,6 +360,20 @@ def ladder(sweep: Sweep, book: TrialBook, rec: TrialRecord) -> list[dict[str, An
     return order
 
 
+def run_cost(sweep: Sweep, run: dict[str, Any]) -> int:
+    """Steps a re-run of :func:`ladder` may take: ``budget.max_steps``; an LR probe holds
+    once the rules could tell (:func:`sweeps.trial.horizon.hold_step`)."""
+    steps = sweep.spec.budget.max_steps
+    if not str(run.get(ROLE_KEY, "")).startswith(probe_role("")):
+        return steps
+    return horizon.hold_step(trial_settings(sweep, trial_values(sweep, run)), steps)
+
+
+def ladder_cost(sweep: Sweep, book: TrialBook, rec: TrialRecord) -> int:
+    """Steps ``rec``'s missing re-runs may take (:func:`run_cost` of each)."""
+    return sum(run_cost(sweep, run) for run in ladder(sweep, book, rec))
+
+
 def plan(sweep: Sweep, book: TrialBook, batch: list[TrialRecord],
          stage: str = "all") -> list[dict[str, Any]]:
     """The re-runs ``batch`` still lacks (:func:`ladder`): "screen" the first fresh seed
@@ -485,7 +501,7 @@ def affordable(sweep: Sweep, book: TrialBook, queue: list[TrialRecord], need: in
     left = budget.total_steps - book.steps_spent(role=None)
     n = 0
     for rec in queue[:need]:
-        cost = len(plan(sweep, book, [rec])) * budget.max_steps
+        cost = sum(run_cost(sweep, run) for run in plan(sweep, book, [rec]))
         if cost > left:
             break
         left -= cost
@@ -595,17 +611,20 @@ def _unsettled_note(sweep: Sweep, book: TrialBook, judged: list[Confirmation]) -
     if not open_:
         return (f"no candidate held on its fresh seeds ({len(judged)} judged); widen the "
                 "search space or lower the LR range")
-    steps = sum(len(ladder(sweep, book, book.trials[c.trial_id])) for c in open_) * \
-        sweep.spec.budget.max_steps
+    steps = sum(ladder_cost(sweep, book, book.trials[c.trial_id]) for c in open_)
     return (f"{len(open_)} candidate(s) are not settled: about {steps} more training steps "
             f"would settle them (`sweeps resume {sweep.output_dir} --total-steps N`)")
 
 
 def _sensitivity(member: TrialRecord, probe: TrialRecord, metric: str) -> float:
-    """Relative change of quality at LR × probe; infinite when the probe went unstable."""
+    """Relative change of quality at LR × probe, both at the probe's last step (a probe
+    holds once the rules could tell, :mod:`sweeps.trial.horizon`, often before the end);
+    infinite when the probe went unstable."""
     if probe.status != OK:
         return math.inf
-    base = objectives.metric_value(member.history, metric)
+    upto = probe.last_step
+    base = objectives.metric_value([h for h in member.history if h.get("step", 0) <= upto],
+                                   metric)
     new = objectives.metric_value(probe.history, metric)
     if base is None or new is None or base == 0:
         return math.nan

@@ -16,7 +16,8 @@ search runs, from the same workers and the same ``budget.total_steps``:
   unstable seed, or a quality gap past ``confirm.tolerance``, drops it at once.
 - **When.** While the search goes on, screens only, one at a time: the base config's,
   and the leader's challenger (the best search trial not screened yet, when it is the
-  best by its estimate), as SMAC races challengers against its incumbent. Once any
+  best by its estimate and ahead of the base config's), as SMAC races challengers
+  against its incumbent. Once any
   config failed a fresh seed (the seeds disagree: a region is fragile), every contender
   is screened, so a fragile config is caught while there is budget to search elsewhere;
   where the seeds agree the evidence goes to the config that is handed over, and most
@@ -38,7 +39,14 @@ from typing import Any
 
 from sweeps.protocol import OK, PRUNED, ROLE_KEY, SEARCH, SEED_KEY
 from sweeps.record.book import TrialBook, TrialRecord
-from sweeps.results.confirm import Confirmation, base_trial, judge, ladder, raced
+from sweeps.results.confirm import (
+    Confirmation,
+    base_trial,
+    judge,
+    ladder,
+    ladder_cost,
+    raced,
+)
 from sweeps.spec.loader import Sweep
 
 
@@ -134,12 +142,18 @@ class Race:
     def screening(self) -> list[TrialRecord]:
         """The contenders screened while the search runs, best estimate first: every one
         once the seeds disagreed (:meth:`disagreed`), else the base config and the best
-        search trial by its estimate (the leader, or its challenger)."""
+        search trial by its estimate (the leader, or its challenger) when it is ahead of
+        the base config's estimate: a config that trails what the user already has is
+        not handed over, so it earns no fresh seed while the search goes on."""
         ranked = self.by_estimate()
         if self.disagreed():
             return ranked
         base = base_trial(self.sweep, self.book)
         found = [r for r in ranked if r is not base]
+        ids = [r.trial_id for r in ranked]
+        if found and base is not None and base.trial_id in ids and \
+                ids.index(base.trial_id) < ids.index(found[0].trial_id):
+            found = []  # the base config leads: nothing challenges it yet
         return [r for r in ranked if r is base or (found and r is found[0])]
 
     def wants(self, rec: TrialRecord) -> bool:
@@ -186,11 +200,11 @@ class Race:
 
     def reserve(self) -> int:
         """Steps the search leaves for settling the leader (the contender with the best
-        mean over its seeds): its missing re-runs at full length, 0 once it is settled."""
+        mean over its seeds): its missing re-runs (:func:`ladder_cost`), 0 once settled."""
         leader = self.leader()
         if leader is None:
             return 0
-        return len(ladder(self.sweep, self.book, leader)) * self.sweep.spec.budget.max_steps
+        return ladder_cost(self.sweep, self.book, leader)
 
     def tell_value(self, rec: TrialRecord) -> float | None:
         """What the sampler is told of a raced config's quality: its mean over every seed

@@ -28,6 +28,7 @@ from sweeps.protocol import (
 )
 from sweeps.rules.settings import RuleSettings
 from sweeps.rules.verdict import Verdict
+from sweeps.trial import horizon
 
 
 class TrialStopped(BaseException):  # noqa: N818 - a control-flow signal, like GeneratorExit
@@ -38,7 +39,19 @@ class TrialStopped(BaseException):  # noqa: N818 - a control-flow signal, like G
 
     def __init__(self, verdict: Verdict) -> None:
         super().__init__(verdict.summary())
-        self.verdict = verdict
+        self.verdict: Verdict | None = verdict
+
+
+class TrialHeld(TrialStopped):
+    """Raised out of ``report`` to end a run that asked only whether it is stable (an LR
+    probe), once the rules' windows closed with no verdict (:mod:`sweeps.trial.horizon`):
+    it held. A :class:`TrialStopped`, so a trainer's clean-up for a stop runs for it too;
+    its ``verdict`` is None."""
+
+    def __init__(self, step: int) -> None:
+        BaseException.__init__(self, f"held at step {step}: stable through every window")
+        self.verdict = None
+        self.step = step
 
 
 def _number(value: Any) -> Any:
@@ -130,13 +143,19 @@ class TrialReporter:
             ``sweeps audit`` to see what a stopped trial would have become.
         required: metrics the trainer itself must report (the objectives it owns): a
             ``None`` there ends the trial as ``bad_metric``, like text anywhere.
+        hold_max_steps: end the run with :class:`TrialHeld` once it has held for a run of
+            this many steps (:func:`sweeps.trial.horizon.holds_now`); None runs it to its end.
     """
 
     def __init__(self, settings: RuleSettings, sink: Callable[[dict[str, Any]], None],
                  clock: Callable[[], float] = time.perf_counter,
                  checkpoint_sink: Callable[[dict[str, Any], Any], None] | None = None,
-                 observe: bool = False, required: Sequence[str] = ()) -> None:
+                 observe: bool = False, required: Sequence[str] = (),
+                 hold_max_steps: int | None = None) -> None:
         self.settings = settings
+        self.hold_max_steps = hold_max_steps
+        self._after_warmup = 0
+        self._reported: set[str] = set()
         self.required = tuple(required)
         self.observe = observe
         self.history: list[dict[str, Any]] = []
@@ -197,6 +216,13 @@ class TrialReporter:
             self._forward(self._sink, result)
         if verdict is not None and not self.observe:
             raise TrialStopped(verdict)
+        self._after_warmup += entry["step"] > self.settings.warmup_steps
+        self._reported.update(entry)
+        if self.hold_max_steps is not None and verdict is None and self.verdict is None and \
+                self._after_warmup % max(1, self.settings.smoothing // 4) == 0 and \
+                horizon.holds_now(self.settings, self.hold_max_steps, self.history,
+                                  self._after_warmup, self._reported):
+            raise TrialHeld(entry["step"])
 
     def _forward(self, sink: Callable[..., None], *args: Any) -> None:
         try:

@@ -13,10 +13,12 @@ from sweeps.protocol import (
     GPU_PEAK_KEY,
     LR_SCALE_KEY,
     OK,
+    ROLE_KEY,
     RUN_KEY,
     SEED_KEY,
     STATUS_KEY,
     TRACEBACK_KEY,
+    probe_role,
 )
 from sweeps.rules.settings import RuleSettings
 from sweeps.rules.verdict import Verdict
@@ -33,7 +35,7 @@ from sweeps.trial.failures import (
     format_exception,
     process_exit_raises,
 )
-from sweeps.trial.reporter import TrialReporter, TrialStopped, unstable_fields
+from sweeps.trial.reporter import TrialHeld, TrialReporter, TrialStopped, unstable_fields
 
 
 def flat_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -43,6 +45,12 @@ def flat_config(config: dict[str, Any]) -> dict[str, Any]:
     if isinstance(run, dict):
         return {**{k: v for k, v in config.items() if k != RUN_KEY}, **run}
     return dict(config)
+
+
+def is_probe(config: dict[str, Any]) -> bool:
+    """Whether a (flat) trial config is a candidate's LR probe: it asks only whether the
+    config is stable at ``lr × confirm.lr_probe``, so it holds once the rules could tell."""
+    return str(config.get(ROLE_KEY, "")).startswith(probe_role(""))
 
 
 def trial_values(sweep: Sweep, config: dict[str, Any]) -> dict[str, Any]:
@@ -93,7 +101,7 @@ def prepare_process(sweep: Sweep, threads: int, *, shared_cache: bool = True) ->
 def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink,
                 checkpoint_sink=None, checkpoint_path: str | None = None,
                 gpu_ids: list[Any] | None = None, *, observe: bool = False,
-                max_steps: int | None = None) -> TrialReporter:
+                max_steps: int | None = None, hold: bool = False) -> TrialReporter:
     """Run the user's trainer once with a judging ``report``; never raises for trainer errors.
 
     The last result handed to ``sink`` always carries the trial's outcome
@@ -109,7 +117,9 @@ def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink,
 
     The one runner of a trial: Ray Tune's trainable, ``sweeps try`` and ``sweeps audit``
     call it. ``observe``: the rules only watch (``sweeps audit``: the first verdict is in
-    the result that carries it, the run goes on); ``max_steps``: another step budget.
+    the result that carries it, the run goes on); ``max_steps``: another step budget;
+    ``hold``: the run asks only whether it is stable (an LR probe) and ends ``ok`` once
+    the rules' windows closed with no verdict (:mod:`sweeps.trial.horizon`).
     """
     reset_compiler()
     gpu.reset_peak()
@@ -118,8 +128,10 @@ def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink,
     seed = int(config.get(SEED_KEY, sweep.spec.seed))
     trainer = load_trainer(sweep.spec.trainer, sweep.trainer_paths)
     required = trainer_metrics(sweep)
+    steps = int(max_steps or sweep.spec.budget.max_steps)
     reporter = TrialReporter(trial_settings(sweep, values), sink, observe=observe,
-                             checkpoint_sink=checkpoint_sink, required=required)
+                             checkpoint_sink=checkpoint_sink, required=required,
+                             hold_max_steps=steps if hold and not observe else None)
     trial_config = sweep.trial_config(values, trial_id=trial_id, seed=seed,
                                       max_steps=max_steps)
     trial_config["sweep"]["checkpoint"] = checkpoint_path
@@ -129,6 +141,9 @@ def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink,
     try:
         with process_exit_raises():
             trainer(trial_config, reporter)
+    except TrialHeld:  # stable through every window: no quality is asked of it
+        sink({**reporter.history[-1], STATUS_KEY: OK, FINAL_KEY: 1})
+        return reporter
     except TrialStopped:
         return reporter
     except (SystemExit, TrainerExit) as exc:

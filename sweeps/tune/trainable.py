@@ -12,7 +12,7 @@ import ray
 from ray import tune
 
 from sweeps.spec.loader import Sweep
-from sweeps.trial.run import flat_config, prepare_process, run_trainer
+from sweeps.trial.run import flat_config, is_probe, prepare_process, run_trainer
 
 
 def ray_trainable(config: dict[str, Any], sweep: Sweep) -> None:
@@ -29,7 +29,7 @@ def ray_trainable(config: dict[str, Any], sweep: Sweep) -> None:
         path = str(local / CHECKPOINT_FILE)
     run_trainer(sweep, config, tune.get_context().get_trial_id(), tune.report,
                 checkpoint_sink=_ray_checkpoint, checkpoint_path=path,
-                gpu_ids=assigned_gpu_ids())
+                gpu_ids=assigned_gpu_ids(), hold=is_probe(config))
 
 
 def scratch_dir() -> str:

@@ -60,6 +60,23 @@ def test_where_seeds_agree_only_the_leader_is_screened_and_all_once_they_disagre
     assert race.wants(third)
 
 
+def test_a_challenger_behind_the_base_config_is_not_screened_while_searching(
+        tmp_path: Path) -> None:
+    """The base config is the incumbent: a search trial whose estimate trails it earns no
+    fresh seed during the search (it would not be handed over); one ahead of it does."""
+    sweep = _sweep(tmp_path, keep=3)
+    base = rec("base", values={"lr": 0.1}, val_loss=0.2)
+    behind = rec("behind", values={"lr": 0.05}, val_loss=0.3)
+    book = book_of(sweep, base, behind, _rerun("base", 1, 0.2))
+    race = Race(sweep, book)
+    assert [r.trial_id for r in race.screening()] == ["base"]
+    assert race.next_run(busy=set(), searching=True) is None, "the base config is screened"
+    assert not race.wants(behind)
+    book.trials["ahead"] = rec("ahead", values={"lr": 0.03}, val_loss=0.1)
+    assert [r.trial_id for r in race.screening()] == ["ahead", "base"]
+    assert race.next_run(busy=set(), searching=True)[ROLE_KEY] == "confirm:ahead"
+
+
 def test_a_fragile_seed_drops_a_config_and_the_next_one_moves_up(tmp_path: Path) -> None:
     sweep = _sweep(tmp_path, base=False)
     good, better, worse = (rec(t, values={"lr": lr}, val_loss=v) for t, lr, v in
