@@ -25,6 +25,13 @@ class PreflightFailed(Exception):
     exit_code = 3
 
 
+class ProbeCrashed(Exception):
+    """The trainer raised (not an instability) in the boundary probe that sets
+    ``search_space.lr.high: probe``; the CLI exits with 1."""
+
+    exit_code = 1
+
+
 class ClusterNotReady(Exception):
     """A cluster did not become ready to take a job in time; the CLI exits with 1."""
 

@@ -42,6 +42,20 @@ def test_interval_contains_the_edge_and_is_tight(edge, start):
     assert len(b.points) <= bracket + 3
 
 
+@pytest.mark.parametrize("edge", [0.05, 1.0, 7.0])
+@pytest.mark.parametrize("off", [0.9, 0.99, 1.0, 1.1, 3.0, 0.1])
+def test_a_predicted_start_takes_a_first_step_of_the_ratio(edge, off):
+    """Seeded at ``off``× the edge: within 1.25 of it the answer takes two points; further
+    off it still brackets and bisects to an interval that holds the edge."""
+    b = probe(edge_run({0: edge}), edge * off, 1e-5, 100.0, seeds=[0], steps_per_run=STEPS,
+              first=boundary.RATIO)
+    assert b.low < edge <= b.high and b.high / b.low <= 1.25 + 1e-12
+    if 1 / 1.25 <= off < 1.25:
+        assert len(b.points) == 2
+    plain = probe(edge_run({0: edge}), edge * off, 1e-5, 100.0, seeds=[0], steps_per_run=STEPS)
+    assert len(b.points) <= len(plain.points) + 1
+
+
 def test_seeds_are_added_only_where_needed_and_a_late_seed_failure_moves_the_answer():
     calls: list[tuple[float, int]] = []
     edges = {0: 1.0, 1: 0.8, 2: 0.9}  # the point holds iff every seed holds: below 0.8
@@ -115,6 +129,8 @@ def test_probe_on_linreg_brackets_the_edge_a_scan_of_tries_finds(linreg_dir, cap
     (("--param", "lr", "--probe", "--and", "wd=0,1"), "--and"),
     (("--param", "wd", "--probe"), "--range"),
     (("--param", "lr", "--probe", "--range", "1:0.1"), "--range"),
+    (("--param", "lr", "--values", "0.1,1", "--verify"), "--verify"),
+    (("--param", "lr", "--values", "0.1,1", "--no-sharpness"), "--no-sharpness"),
 ])
 def test_bad_probe_input_is_one_clear_error(linreg_dir, capsys, argv, flag):
     edit_linreg(linreg_dir, search_space={"wd": {"type": "uniform", "low": 0.0, "high": 0.1}},

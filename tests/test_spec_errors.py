@@ -70,6 +70,18 @@ CASES = {
     "unknown rule setting": (lambda d: d["rules"].update(blowup_ratoi=3), "rules.blowup_ratoi",
                              "blowup_ratio"),
     "name with a trailing newline": (lambda d: d.update(name="demo\n"), "name", "letters"),
+    "high: probe on a knob other than lr": (lambda d: (d["search_space"].update(
+        wd={"type": "uniform", "low": 0.0, "high": "probe"}), d["write_back"].update(
+        wd="train.wd")), "search_space.wd.high", "give wd's high a number"),
+    "high: probe on an int lr": (lambda d: d["search_space"].update(
+        lr={"type": "int", "low": 1, "high": "probe"}), "search_space.lr.high",
+        "high: probe}"),
+    "high: probe with low 0": (lambda d: d["search_space"].update(
+        lr={"type": "uniform", "low": 0.0, "high": "probe"}), "search_space.lr.low",
+        "low: 1.0e-4"),
+    "low: probe": (lambda d: d["search_space"].update(
+        lr={"type": "loguniform", "low": "probe", "high": 1.0}), "search_space.lr.low",
+        "high: probe"),
 }
 
 

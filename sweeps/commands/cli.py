@@ -17,7 +17,7 @@ from rich.table import Table
 from sweeps.cluster.jobs import add_commands as add_cluster_commands
 from sweeps.cluster.slurm import add_commands as add_slurm_commands
 from sweeps.commands.audit import add_commands as add_audit_commands
-from sweeps.errors import ClusterNotReady, PreflightFailed, SpecError
+from sweeps.errors import ClusterNotReady, PreflightFailed, ProbeCrashed, SpecError
 from sweeps.protocol import CRASH, OK, SEARCH, objective_column
 from sweeps.terminal import clean, echo, flagged
 from sweeps.terminal import console as make_console
@@ -107,7 +107,7 @@ def all_crashed(trials, folder: Path) -> int:
 
 
 def cmd_stability(args: argparse.Namespace) -> int:
-    from sweeps.commands.run import preflight
+    from sweeps.commands.preflight_step import preflight
     from sweeps.commands.stability import FOLDER, run_stability, stability_sweep
     from sweeps.results import stability
     from sweeps.spec.loader import load_sweep
@@ -117,6 +117,10 @@ def cmd_stability(args: argparse.Namespace) -> int:
         from sweeps.commands.stability import cmd_probe
 
         return cmd_probe(args)
+    for flag, given in (("--verify", args.verify), ("--no-sharpness", args.no_sharpness)):
+        if given:
+            raise SpecError(flag, "goes with --probe only (the grid runs every value in full)",
+                            f"add --probe, or drop {flag}")
     sweep = load_sweep(args.file, workdir=Path.cwd())
     if args.steps:
         sweep = _with_budget(sweep, args.steps)
@@ -254,7 +258,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
-    from sweeps.commands.run import preflight
+    from sweeps.commands.preflight_step import preflight
     from sweeps.spec.loader import load_sweep
 
     sweep = preflight(load_sweep(args.file, workdir=Path.cwd()))
@@ -313,6 +317,9 @@ def print_counts_and_selection(outcome) -> None:
     sweep, trials = outcome.sweep, outcome.trials
     search = trials[trials["role"] == SEARCH]
     counts = search["status"].value_counts().to_dict()
+    lr = sweep.space.get("lr")
+    if getattr(lr, "probed", None) is not None:
+        console.print(lr.probed.line(lr.low))
     console.print("search: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     reasons = search[search["reason"] != ""]["reason"].value_counts().to_dict()
     if reasons:
@@ -427,6 +434,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "(bracket, then bisection to 1.25x) instead of a grid; --range bounds it")
     p.add_argument("--format", choices=["text", "json"], default="text",
                    help="with --probe: the answer as text or JSON")
+    p.add_argument("--verify", action="store_true", help="with --probe: then full-length "
+                   "runs (budget.max_steps) at both ends of the interval on the probe seeds")
+    p.add_argument("--no-sharpness", action="store_true", help="with --probe: start the "
+                   "bracket at the base config's LR, not at the loss_closure prediction")
     p.set_defaults(func=cmd_stability)
 
     p = sub.add_parser("preflight", help="check compile modes, the LR schedule and input scale")
@@ -467,7 +478,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpecError as exc:
         echo(f"error: {exc.key}: {exc.problem}.\n  fix: {exc.fix}", file=sys.stderr)
         return SpecError.exit_code
-    except (PreflightFailed, ClusterNotReady) as exc:
+    except (PreflightFailed, ClusterNotReady, ProbeCrashed) as exc:
         echo(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:

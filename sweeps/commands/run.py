@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
 
-from sweeps.errors import PreflightFailed, SpecError
+from sweeps.commands.lr_range import probe_lr_high
+from sweeps.commands.preflight_step import preflight
+from sweeps.errors import SpecError
 from sweeps.protocol import SEARCH
 from sweeps.record.book import TrialBook, TrialRecord, books_of, open_book
 from sweeps.results import confirm as confirmation
@@ -53,24 +54,6 @@ class SweepOutcome:
     warnings: list[str] = field(default_factory=list)
     tracking: str | None = None  # where MLflow has the sweep, or None when tracking failed
     tracking_error: str | None = None
-
-
-def preflight(sweep: Sweep, echo: Callable[[str], None] = echo_stderr) -> Sweep:
-    """Run the preflight checks, print and save them; raise if one is an error."""
-    from sweeps.preflight import run_preflight, write_findings
-
-    with folder_lock.claim(sweep.output_dir, "preflight"):
-        sweep, findings = run_preflight(sweep)
-        sweep.output_dir.mkdir(parents=True, exist_ok=True)
-        write_findings(sweep.output_dir, findings)
-    for f in findings:
-        echo(f"preflight {f.line()}")
-    errors = [f for f in findings if f.level == "error"]
-    if errors:
-        raise PreflightFailed(f"preflight found {len(errors)} problem(s) that would spoil every "
-                              f"trial (see {sweep.output_dir / 'preflight.md'}); fix them or "
-                              "run with --no-preflight")
-    return sweep
 
 
 def archive_previous(out: Path) -> Path | None:
@@ -128,7 +111,9 @@ def run_sweep(sweep: Sweep, *, address: str | None = None, progress: bool = True
     holds from start to end (a second command on it exits 2). ``warm_from``: an earlier
     sweep's results folder whose fitting trials seed the search (:mod:`sweeps.results.warm_start`),
     checked before anything is written and fitted to the space preflight leaves (a compile
-    mode it dropped on a machine without a GPU drops the earlier trials that used it)."""
+    mode it dropped on a machine without a GPU drops the earlier trials that used it).
+    ``search_space.lr.high: probe`` is set by the boundary probe after the preflight,
+    before the sweep is saved and Ray starts (:func:`sweeps.commands.lr_range.probe_lr_high`)."""
     warm = warm_start.load(warm_from, sweep) if warm_from is not None else None
     with folder_lock.claim(sweep.output_dir, "run"):
         moved = archive_previous(sweep.output_dir)
@@ -137,6 +122,8 @@ def run_sweep(sweep: Sweep, *, address: str | None = None, progress: bool = True
         state_check.refuse_symlinks(sweep.output_dir)
         if check:
             sweep = preflight(sweep)
+        if sweep.lr_high_to_probe:
+            sweep = probe_lr_high(sweep, quiet=not progress)
         sweep.output_dir.mkdir(parents=True, exist_ok=True)
         save_resolved(sweep)
         if warm is not None:  # read again: preflight may have dropped choices of a knob

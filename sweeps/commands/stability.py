@@ -3,12 +3,13 @@ with ``--probe`` search the boundary one trial at a time and write boundary.md."
 
 from __future__ import annotations
 
+import importlib
 import math
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -18,12 +19,17 @@ from sweeps.record.book import TrialBook, books_of, open_book
 from sweeps.results import boundary, stability
 from sweeps.results.files import write_csv, write_histories
 from sweeps.spec.loader import Sweep
+from sweeps.spec.trainer_loader import load_trainer
 from sweeps.state.atomic import write_text
 from sweeps.state.folder_lock import claim
-from sweeps.trial.run import prepare_process, run_trainer
+from sweeps.trial.gpu import trial_device
+from sweeps.trial.run import prepare_process, run_trainer, trial_values
 from sweeps.trial.tryout import try_values
 from sweeps.tune.experiments import run_configs
 from sweeps.tune.session import ray_running
+
+if TYPE_CHECKING:
+    from sweeps.results.sharpness import Sharpness
 
 #: Where ``sweeps stability`` writes, under the sweep's results folder: its own place, so a
 #: stability sweep and ``sweeps run`` of one sweep file never overwrite each other's files.
@@ -159,9 +165,16 @@ def probe_range(sweep: Sweep, param: str, text: str | None) -> tuple[float, floa
 
 
 def run_probe(sweep: Sweep, param: str, rng: tuple[float, float], *, seeds: int = 3,
-              echo: Callable[[str], None] | None = None) -> boundary.Boundary:
+              echo: Callable[[str], None] | None = None, predict: bool = True,
+              verify_steps: int | None = None) -> boundary.Boundary:
     """Probe the boundary of ``param`` one trial at a time in this process (no Ray) and
-    write ``boundary.md``; ``sweep`` is the :func:`stability_sweep`, its budget the steps."""
+    write ``boundary.md``; ``sweep`` is the :func:`stability_sweep`, its budget the steps.
+
+    With ``predict`` and ``param`` ``lr``, a trainer module that defines
+    ``loss_closure(config)`` has its sharpness estimated at the base config first, and the
+    bracket starts at the predicted boundary (:mod:`sweeps.results.sharpness`).
+    ``verify_steps``: afterwards, runs of that length at the interval's two ends
+    (:func:`sweeps.results.boundary.verify`)."""
     _check_knob(sweep, param, [1], "--param")
     if seeds < 1:
         raise SpecError("--seeds", f"{seeds} is below 1", "give e.g. --seeds 3")
@@ -170,19 +183,34 @@ def run_probe(sweep: Sweep, param: str, rng: tuple[float, float], *, seeds: int 
     if not isinstance(start, (int, float)) or isinstance(start, bool) or not start > 0:
         start = math.sqrt(rng[0] * rng[1])
     prepare_process(sweep, int(sweep.spec.resources.cpu), shared_cache=False)
+    say = echo or (lambda line: None)
+    seed_list = [sweep.spec.seed + i for i in range(seeds)]
+    predicted, note = predict_boundary(sweep, base, seed_list[0]) \
+        if predict and param == "lr" else (None, None)
+    if predicted is not None:
+        say(predicted.line(param))
+        start = predicted.predicted
+    elif note:
+        say(note)
 
-    def run(value: float, seed: int) -> boundary.SeedRun:
-        one = _probe_run(sweep, {**base, param: value, SEED_KEY: seed})
-        if echo:
-            why = "held" if one.held else f"failed: {one.reason} at step {one.stop_step}"
-            echo(f"probe {param}={value:.4g} seed {seed}: {why} ({one.steps} steps)")
+    def run(value: float, seed: int, length: int | None = None) -> boundary.SeedRun:
+        one = _probe_run(sweep, {**base, param: value, SEED_KEY: seed}, length,
+                         hold=length is None)
+        why = "held" if one.held else f"failed: {one.reason} at step {one.stop_step}"
+        say(f"{'verify' if length else 'probe'} {param}={value:.4g} seed {seed}: {why} "
+            f"({one.steps} steps)")
         return one
 
     steps = int(sweep.spec.budget.max_steps)
     with claim(sweep.output_dir, "stability"):  # marks and holds the stability folder
-        result = boundary.probe(run, float(start), *rng,
-                                seeds=[sweep.spec.seed + i for i in range(seeds)],
-                                steps_per_run=steps)
+        result = boundary.probe(run, float(start), *rng, seeds=seed_list, steps_per_run=steps,
+                                first=boundary.RATIO if predicted is not None and
+                                predicted.exact else None)
+        result.prediction, result.prediction_note = predicted, note
+        if verify_steps:
+            result.verified = boundary.verify(
+                lambda value, seed: run(value, seed, verify_steps), result, seed_list,
+                verify_steps)
         md = [f"# Stability boundary of {sweep.name} in {param}", "",
               *boundary.summary(result, param), "", "Probes:", "",
               *boundary.probe_lines(result)]
@@ -190,12 +218,47 @@ def run_probe(sweep: Sweep, param: str, rng: tuple[float, float], *, seeds: int 
     return result
 
 
-def _probe_run(sweep: Sweep, config: dict[str, Any]) -> boundary.SeedRun:
-    """One full-length run (a rule stops it at its verdict): it fails when a rule gave an
-    instability verdict other than a slow one (as the grid's ``explodes``/``borderline``);
-    a crash (a trainer error, not instability) is raised as a RuntimeError."""
+def predict_boundary(sweep: Sweep, base: dict[str, Any],
+                     seed: int) -> tuple[Sharpness | None, str | None]:
+    """The sharpness estimate at the base config when the trainer module defines
+    ``loss_closure(config)``: (the estimate, None), (None, why it gave none) when the hook
+    failed, (None, None) without the hook. The hook gets the config a trial at ``base``
+    with ``seed`` gets; torch's global RNG is left as it was."""
+    import torch  # only here: the command module stays light
+
+    from sweeps.results import sharpness
+
+    load_trainer(sweep.spec.trainer, sweep.trainer_paths)  # the module the runs will import
+    module = importlib.import_module(sweep.spec.trainer.partition(":")[0])
+    hook = getattr(module, sharpness.HOOK, None)
+    if hook is None:
+        return None, None
+    if not callable(hook):
+        return None, (f"predicted: none: {sharpness.HOOK} in the trainer module is not a "
+                      "function; the bracket starts at the base config's value")
+    config = sweep.trial_config(trial_values(sweep, {**base, SEED_KEY: seed}),
+                                trial_id="sharpness", seed=seed)
+    config["sweep"].update(checkpoint=None, device=trial_device(
+        [], gpu_requested=sweep.spec.resources.gpu > 0))
+    try:
+        with torch.random.fork_rng(devices=[]):
+            return sharpness.from_hook(hook(config)), None
+    except Exception as exc:  # noqa: BLE001 - the user's hook: the probe goes on without it
+        last = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ""
+        return None, (f"predicted: none: {sharpness.HOOK} failed ({type(exc).__name__}: "
+                      f"{last}); the bracket starts at the base config's value")
+
+
+def _probe_run(sweep: Sweep, config: dict[str, Any], max_steps: int | None = None, *,
+               hold: bool = False) -> boundary.SeedRun:
+    """One run (a rule stops it at its verdict; ``max_steps``: another length than the
+    budget's; ``hold``: it ends once the rules could tell, :mod:`sweeps.trial.horizon`):
+    it fails when a rule gave an instability verdict other than a slow one (as the
+    grid's ``explodes``/``borderline``); a crash (a trainer error, not instability) is
+    raised as a RuntimeError."""
     final: dict[str, Any] = {}
-    reporter = run_trainer(sweep, config, "probe", final.update)
+    reporter = run_trainer(sweep, config, "probe", final.update, max_steps=max_steps,
+                           hold=hold)
     steps = int(reporter.history[-1].get("step", len(reporter.history))) \
         if reporter.history else 0
     verdict = reporter.verdict
@@ -208,12 +271,14 @@ def _probe_run(sweep: Sweep, config: dict[str, Any]) -> boundary.SeedRun:
 
 
 def cmd_probe(args: Any) -> int:
-    """``sweeps stability FILE --param P --probe``: flags checked, probe run, answer printed
-    (plain text, or JSON with ``--format json``); 1 when the trainer crashed."""
+    """``sweeps stability FILE --param P --probe``: flags checked, probe run (``--verify``:
+    then full-length runs at the interval's ends, the sweep's ``budget.max_steps`` even
+    with ``--steps``), answer printed (plain text, or JSON with ``--format json``); 1 when
+    the trainer crashed (a disagreeing ``--verify`` is said, and still exits 0)."""
     import json
     import sys
 
-    from sweeps.commands.run import preflight
+    from sweeps.commands.preflight_step import preflight
     from sweeps.spec.loader import load_sweep
     from sweeps.trial.tryout import _with_budget
 
@@ -223,6 +288,7 @@ def cmd_probe(args: Any) -> int:
                             "values, one knob only)",
                             f"drop {flag}, or drop --probe to run a grid")
     sweep = load_sweep(args.file, workdir=Path.cwd())
+    full = int(sweep.spec.budget.max_steps)
     if args.steps:
         sweep = _with_budget(sweep, args.steps)
     rng = probe_range(sweep, args.param, args.range)
@@ -236,12 +302,17 @@ def cmd_probe(args: Any) -> int:
         if not args.no_preflight:
             sweep = preflight(sweep)
         try:
-            result = run_probe(sweep, args.param, rng, seeds=args.seeds, echo=echo)
+            result = run_probe(sweep, args.param, rng, seeds=args.seeds, echo=echo,
+                               predict=not args.no_sharpness,
+                               verify_steps=full if args.verify else None)
         except RuntimeError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
     if args.format == "json":
         print(json.dumps(result.as_dict(), indent=2))
+        why = result.verified.disagreement(args.param) if result.verified else None
+        if why:  # stdout stays JSON: the disagreement is said on stderr too
+            print(f"disagrees: {why}", file=sys.stderr)
     else:
         print("\n".join([*boundary.summary(result, args.param), *boundary.probe_lines(result),
                          f"written: {sweep.output_dir / BOUNDARY_FILE}"]))

@@ -5,7 +5,9 @@ exponential bracket from a start value (×/÷ ``FACTOR`` within ``[low, high]``)
 bisection in log space until ``high / low <= RATIO``. A point *holds* when every probe
 seed held; seeds are added one at a time (up to ``seeds``) only while the point holds,
 since a point that failed on one seed is failed. :func:`grid_steps` is what a log grid of
-the same resolution over the bracketed range would cost.
+the same resolution over the bracketed range would cost. A predicted boundary (from
+:mod:`sweeps.results.sharpness`) seeds the bracket with a first step of ``RATIO`` instead of
+``FACTOR``; :func:`verify` checks the answer's two ends with full-length runs.
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sweeps.results.sharpness import Sharpness
 
 #: Bracket step: ×FACTOR up until a point fails, ÷FACTOR down until one holds.
 FACTOR = 4.0
@@ -67,9 +72,16 @@ class Boundary:
     bracket: tuple[float, float]
     seeds: int
     steps_per_run: int
+    #: The sharpness estimate that seeded the bracket (None: it started at the base value).
+    prediction: Sharpness | None = None
+    #: Why a trainer's sharpness hook gave no prediction (None when it did, or has none).
+    prediction_note: str | None = None
+    #: Full-length runs at the two ends (``--verify``), when asked.
+    verified: Verify | None = None
 
     @property
     def steps(self) -> int:
+        """Steps of the probe runs (the verify runs are counted apart)."""
         return sum(p.steps for p in self.points)
 
     @property
@@ -85,7 +97,83 @@ class Boundary:
                 "ratio": self.steps / grid if grid else None,
                 "bracket": list(self.bracket), "seeds": self.seeds,
                 "steps_per_run": self.steps_per_run,
+                "predicted": self.prediction.predicted if self.prediction else None,
+                "sharpness": self.prediction.as_dict() if self.prediction else None,
+                "sharpness_note": self.prediction_note,
+                "verify": self.verified.as_dict() if self.verified else None,
                 "probes": [p.row() for p in self.points]}
+
+
+@dataclass
+class Verify:
+    """Full-length runs at the answer's ends: ``low`` on every probe seed (until one fails),
+    ``high`` until a seed fails. They agree when low held on every seed and high failed on
+    one; an end the probe did not find is None (not run)."""
+
+    low: Point | None
+    high: Point | None
+    seeds: list[int]
+    steps_per_run: int
+
+    @property
+    def agrees(self) -> bool:
+        return (self.low is None or self.low.held) and (self.high is None or not self.high.held)
+
+    @property
+    def steps(self) -> int:
+        return sum(p.steps for p in (self.low, self.high) if p is not None)
+
+    def disagreement(self, name: str = "lr") -> str | None:
+        """What the full runs say against the interval, with the fix; None when they agree."""
+        out = []
+        full = f"--steps {self.steps_per_run}"
+        if self.low is not None and not self.low.held:
+            r = self.low.row()
+            out.append(f"{name} {self.low.value:.4g} (the held end) failed on seed "
+                       f"{self.low.seeds[-1]} ({r['reason']} at step {r['stop_step']}) in a "
+                       "full-length run: the boundary lies lower than the interval; probe "
+                       f"again at the full length ({full})")
+        if self.high is not None and self.high.held:
+            out.append(f"{name} {self.high.value:.4g} (the failed end) held on every seed in "
+                       "full-length runs: the probe's failure there did not repeat, so the "
+                       f"boundary may lie higher; probe again at the full length ({full})")
+        return "; ".join(out) or None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"agrees": self.agrees, "steps_per_run": self.steps_per_run,
+                "seeds": list(self.seeds), "steps": self.steps,
+                "low": self.low.row() if self.low else None,
+                "high": self.high.row() if self.high else None,
+                "disagrees": self.disagreement()}
+
+    def lines(self, name: str = "lr") -> list[str]:
+        """The verify line and its verdict line (``agrees: ...`` or ``disagrees: ...``)."""
+        ends = [f"{name} {p.value:.4g} {_outcome(p)}" for p in (self.low, self.high)
+                if p is not None]
+        head = (f"verify: full {self.steps_per_run}-step runs on seed(s) "
+                f"{', '.join(map(str, self.seeds))}: " + ("; ".join(ends) or "no end to run"))
+        why = self.disagreement(name)
+        return [head, f"disagrees: {why}" if why else
+                "agrees: the held end held on every seed and the failed end failed"]
+
+
+def verify(run: Callable[[float, int], SeedRun], b: Boundary, seeds: list[int],
+           steps_per_run: int) -> Verify:
+    """Run each end of ``b`` on ``seeds`` in order until one fails (the held end should
+    hold on all, the failed end fail on one); ``run`` makes full-length runs
+    (``steps_per_run`` says how long)."""
+    def point(value: float | None) -> Point | None:
+        if value is None:
+            return None
+        p = Point(value)
+        for seed in seeds:  # one failed seed settles either end
+            p.seeds.append(seed)
+            p.runs.append(run(value, seed))
+            if not p.runs[-1].held:
+                break
+        return p
+
+    return Verify(point(b.low), point(b.high), list(seeds), steps_per_run)
 
 
 def grid_points(low: float, high: float, ratio: float = RATIO) -> int:
@@ -102,9 +190,11 @@ def grid_steps(low: float, high: float, seeds: int, steps: int, ratio: float = R
 
 def probe(run: Callable[[float, int], SeedRun], start: float, low: float, high: float, *,
           seeds: list[int], steps_per_run: int, factor: float = FACTOR,
-          ratio: float = RATIO) -> Boundary:
+          ratio: float = RATIO, first: float | None = None) -> Boundary:
     """Bracket then bisect the boundary of ``run`` within ``[low, high]`` (``0 < low <= high``),
-    starting from ``start`` (clamped into the range).
+    starting from ``start`` (clamped into the range). The bracket's first step is ×/÷
+    ``first`` (default ``factor``; a predicted ``start`` is worth a first step of ``ratio``,
+    which ends the search at once when the prediction is right), every later one ``factor``.
 
     Bracket and bisection run the first seed only; the final held value then runs the other
     seeds, and when one fails there it becomes the failed end and the search goes on below
@@ -125,7 +215,8 @@ def probe(run: Callable[[float, int], SeedRun], start: float, low: float, high: 
             point.runs.append(run(value, seed))
         return point.held
 
-    ok, bad = _bracket(holds, min(max(start, low), high), low, high, factor)
+    ok, bad = _bracket(holds, min(max(start, low), high), low, high, factor,
+                       first or factor)
     probed = sorted(points)  # no edge in the range: the grid would span what was probed
     bracket = (ok, bad) if ok is not None and bad is not None else (probed[0], probed[-1])
     while ok is not None:
@@ -144,20 +235,22 @@ def probe(run: Callable[[float, int], SeedRun], start: float, low: float, high: 
 
 
 def _bracket(holds: Callable[[float], bool], x: float, low: float, high: float,
-             factor: float) -> tuple[float | None, float | None]:
-    """(a value that held, the next one up that failed); None where the range ends first."""
+             factor: float, first: float) -> tuple[float | None, float | None]:
+    """(a value that held, the next one up that failed); None where the range ends first.
+    The first step is ×/÷ ``first``, the others ×/÷ ``factor``."""
+    step = first
     if holds(x):
         while x < high:
-            up = min(x * factor, high)
+            up = min(x * step, high)
             if not holds(up):
                 return x, up
-            x = up
+            x, step = up, factor
         return x, None
     while x > low:
-        down = max(x / factor, low)
+        down = max(x / step, low)
         if holds(down):
             return down, x
-        x = down
+        x, step = down, factor
     return None, x
 
 
@@ -182,11 +275,35 @@ def summary(b: Boundary, name: str = "lr") -> list[str]:
     else:
         head = (f"boundary: not found: {name} failed down to the range's bottom "
                 f"{b.high:.4g}; lower --range LOW")
-    return [head,
-            f"steps: {d['steps']} spent on {len(b.points)} probe point(s); a log grid over "
-            f"{b.bracket[0]:.4g}..{b.bracket[1]:.4g} with ratio {RATIO:g} "
-            f"({d['grid_points']} points × {b.seeds} seed(s) × {b.steps_per_run} steps) "
-            f"would cost {d['grid_steps']} (ratio {d['ratio']:.2f})"]
+    lines = [head,
+             f"steps: {d['steps']} spent on {len(b.points)} probe point(s); a log grid over "
+             f"{b.bracket[0]:.4g}..{b.bracket[1]:.4g} with ratio {RATIO:g} "
+             f"({d['grid_points']} points × {b.seeds} seed(s) × {b.steps_per_run} steps) "
+             f"would cost {d['grid_steps']} (ratio {d['ratio']:.2f})"]
+    if b.prediction is not None:
+        lines.append(b.prediction.line(name) + _against(b.prediction.predicted, b))
+    elif b.prediction_note:
+        lines.append(b.prediction_note)
+    if b.verified is not None:
+        lines += b.verified.lines(name)
+    return lines
+
+
+def _against(predicted: float, b: Boundary) -> str:
+    """Where the prediction lies against the interval the probe found."""
+    if b.low is not None and predicted < b.low:
+        return f"; it lies ×{b.low / predicted:.3g} below the interval"
+    if b.high is not None and predicted >= b.high:
+        return f"; it lies ×{predicted / b.high:.3g} above the interval"
+    return "; the interval holds it" if b.low is not None and b.high is not None else ""
+
+
+def _outcome(p: Point) -> str:
+    r = p.row()
+    if p.held:
+        return "held on every seed"
+    why = f" ({r['reason']} at step {r['stop_step']})" if r["reason"] else ""
+    return f"failed on seed {p.seeds[-1]}{why}"
 
 
 def probe_lines(b: Boundary) -> list[str]:

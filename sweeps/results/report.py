@@ -140,7 +140,7 @@ def _header(res: Results, info: dict[str, Any]) -> str:
             f"<p><b>{info['search_trials']} search trials</b>: "
             f"{_badges(info['counts'], plots.STATUS_COLOURS)}</p>"
             f"<p>confirmation re-runs: {_badges(info['rerun_counts'], plots.STATUS_COLOURS)}"
-            f"</p>{_warm_html(info)}<p>failures by reason: "
+            f"</p>{_warm_html(info)}{_probe_html(info)}<p>failures by reason: "
             f"{_badges(info['failures'], plots.OUTCOME_COLOURS)}</p>"
             f"<h3>Stable configs (best first)</h3>{stable_html}"
             + "".join(f"<p class=note>{e(n)}</p>" for n in res.notes) +
@@ -160,6 +160,16 @@ def _warm_html(info: dict[str, Any]) -> str:
             f"seeded the search ({_badges(warm['counts'], plots.STATUS_COLOURS)}); they were "
             "not run here and are no candidates (role <code>warm_start</code> in All trials)"
             "</p>")
+
+
+def _probe_html(info: dict[str, Any]) -> str:
+    """The line saying lr's range came from the boundary probe (``high: probe``), else ''."""
+    probe = info.get("lr_probe")
+    if not probe:
+        return ""
+    report = probe.get("report") or ""
+    text = e(probe["text"])
+    return f"<p>{text.replace(e(report), _link(report, report)) if report else text}</p>"
 
 
 def _fragile_html(res: Results) -> str:

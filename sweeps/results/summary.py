@@ -43,6 +43,7 @@ def summary_of(res: Results) -> dict[str, Any]:
         "counts": {k: int(v) for k, v in res.search["status"].value_counts().items()},
         "rerun_counts": {k: int(v) for k, v in res.reruns["status"].value_counts().items()},
         "warm_start": _warm_summary(res),
+        "lr_probe": lr_probe_summary(res),
         "selection_notes": list(res.notes),
         "failures": {t["reason"]: t["trials"] for t in tax
                      if t["trials"] and not t["reason"].startswith(PRUNED)},
@@ -73,6 +74,24 @@ def _warm_summary(res: Results) -> dict[str, Any] | None:
     return {"trials": int(len(warm)),
             "counts": {k: int(v) for k, v in warm["status"].value_counts().items()},
             "from": sorted({str(v) for v in source.dropna()})}
+
+
+def lr_probe_summary(res: Results) -> dict[str, Any] | None:
+    """lr's range when its high came from the boundary probe (``high: probe``): low, high,
+    the probe's record and a line saying so; else None."""
+    from sweeps.spec.probed import ProbedHigh
+
+    entry = res.space.get("lr") or {}
+    record = entry.get("probed")
+    low = entry.get("low")
+    if not isinstance(record, dict) or not isinstance(low, (int, float)):
+        return None
+    try:
+        probed = ProbedHigh.model_validate(record)
+    except ValueError:  # a hand-edited sweep.yaml: the report says nothing of it
+        return None
+    return {"low": low, "high": entry.get("high"), **probed.model_dump(mode="json"),
+            "text": probed.line(low)}
 
 
 def seed_values(frame: pd.DataFrame, metric: str) -> dict[int, str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,7 +26,7 @@ from pydantic import (
 
 from sweeps.errors import SpecError, a_type
 from sweeps.rules.settings import RuleSettings
-from sweeps.spec import hydra_config, strict_yaml
+from sweeps.spec import hydra_config, probed, strict_yaml
 from sweeps.spec.config_paths import collision, split_path, with_values
 from sweeps.spec.space import (
     KNOB_TYPES,
@@ -38,6 +38,7 @@ from sweeps.spec.space import (
     Uniform,
     _Knob,
     contains,
+    knob_entry,
 )
 from sweeps.spec.trainer_loader import load_trainer, search_paths
 from sweeps.trial.compile import COMPILE_MODES
@@ -229,6 +230,9 @@ class Sweep:
     workdir: Path
     source: Path | None = None
     notes: list[str] = field(default_factory=list)
+    #: ``search_space.lr.high`` is ``probe`` and not probed yet: the knob's high stands at
+    #: the probe's ceiling until ``sweeps run`` sets it (:mod:`sweeps.spec.probed`).
+    lr_high_to_probe: bool = False
 
     @property
     def name(self) -> str:
@@ -255,8 +259,26 @@ class Sweep:
         if self.spec.budget.trial_cap is None:
             del data["budget"]["trials"]
         data["base_config"] = self.base_config
-        data["search_space"] = {k: v.model_dump(mode="json") for k, v in self.space.items()}
+        data["search_space"] = {k: knob_entry(v) for k, v in self.space.items()}
+        if self.lr_high_to_probe:  # a run of this copy probes (e.g. a cluster's job)
+            data["search_space"]["lr"]["high"] = probed.PROBE
         return data
+
+    def with_probed_lr(self, record: probed.ProbedHigh) -> tuple[Sweep, list[str]]:
+        """This sweep with lr's range ending at the probed ``record.boundary_low``, and a
+        note per initial point it leaves out (its lr above the probed high)."""
+        knob = self.space["lr"].model_copy(update={"high": record.boundary_low,
+                                                   "probed": record})
+        space = {**self.space, "lr": knob}
+        keep, notes = [], []
+        for i, point in enumerate(self.spec.initial_points):
+            if "lr" in point and not contains(knob, point["lr"]):
+                notes.append(f"initial_points.{i}: lr {point['lr']!r} is above the probed "
+                             f"high {record.boundary_low:.4g}: left out")
+            else:
+                keep.append(point)
+        spec = self.spec.model_copy(update={"initial_points": keep})
+        return replace(self, spec=spec, space=space, lr_high_to_probe=False), notes
 
     @property
     def confirm_steps(self) -> int:
@@ -343,7 +365,7 @@ def load_sweep_dict(data: Any, *, base_dir: Path, workdir: Path,
     base_dir, workdir = base_dir.resolve(), workdir.resolve()
     dirs = (base_dir, workdir)
     base_config = _base_config(spec.base_config, dirs)
-    space = _space(spec.search_space, dirs)
+    space, to_probe = _space(spec.search_space, dirs)
     _check_write_back(spec.write_back, space, base_config)
     _check_initial_points(spec.initial_points, space)
     objectives = list(spec.objectives)
@@ -365,10 +387,13 @@ def load_sweep_dict(data: Any, *, base_dir: Path, workdir: Path,
             raise SpecError(f"objectives.{i}.metric", f"{obj.metric!r} is listed twice",
                             "list each objective metric once")
         seen.add(obj.metric)
+    if to_probe:
+        notes.append(probed.note(getattr(space["lr"], "low", 0.0)))
     paths = search_paths(base_dir, workdir)
     sweep = Sweep(spec=spec, base_dir=base_dir, base_config=base_config, space=space,
                   trainer_paths=paths, output_dir=(workdir / spec.output / spec.name).resolve(),
-                  objectives=objectives, workdir=workdir, notes=notes)
+                  objectives=objectives, workdir=workdir, notes=notes,
+                  lr_high_to_probe=to_probe)
     if import_trainer:
         load_trainer(spec.trainer, paths)
     return sweep
@@ -436,7 +461,8 @@ def _base_config(value: str | dict[str, Any] | None, dirs: Dirs) -> dict[str, An
     return dict(data)
 
 
-def _space(value: str | dict[str, Any], dirs: Dirs) -> dict[str, _Knob]:
+def _space(value: str | dict[str, Any], dirs: Dirs) -> tuple[dict[str, _Knob], bool]:
+    """The knobs, and whether lr's high waits for the probe (``high: probe``)."""
     if isinstance(value, str):
         raw = read_yaml(_space_file(value, dirs), "search_space")
         key_root = "search_space"
@@ -465,11 +491,12 @@ _KNOB_CLASSES = {"loguniform": LogUniform, "uniform": Uniform, "int": IntRange,
                  "categorical": Categorical, "fixed": Fixed}
 
 
-def _knobs(raw: dict[Any, Any], root: str) -> dict[str, _Knob]:
+def _knobs(raw: dict[Any, Any], root: str) -> tuple[dict[str, _Knob], bool]:
     if not raw:
         raise SpecError(root, "the search space is empty", "add at least one knob, e.g. "
                         "'lr: {type: loguniform, low: 1.0e-5, high: 1.0e-1}'")
     space: dict[str, _Knob] = {}
+    to_probe = False
     for name, entry in raw.items():
         key = f"{root}.{name}"
         if not isinstance(name, str) or not _KNOB.fullmatch(name):
@@ -483,11 +510,14 @@ def _knobs(raw: dict[Any, Any], root: str) -> dict[str, _Knob]:
         elif "type" not in entry:
             raise SpecError(f"{key}.type", "missing",
                             f"add 'type:' (one of {', '.join(KNOB_TYPES)})")
+        else:
+            entry, asks = probed.take(name, entry, key)
+            to_probe = to_probe or asks
         knob = _validate(_KNOB_ADAPTER, entry, key)
         if name == "compile":
             _check_compile(knob, key)
         space[name] = knob
-    return space
+    return space, to_probe
 
 
 def _leaf_paths(config: Mapping[str, Any], prefix: str = "") -> list[str]:

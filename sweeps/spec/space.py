@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from sweeps.spec.probed import ProbedHigh
+
 if TYPE_CHECKING:  # Optuna is imported when a distribution is built: loading a sweep is light
     import optuna
 
@@ -25,7 +27,10 @@ class LogUniform(_Knob):
 
     type: Literal["loguniform"]
     low: float = Field(gt=0, description="lower bound, > 0")
-    high: float = Field(gt=0, description="upper bound, > 0")
+    high: float = Field(gt=0, description="upper bound, > 0 (lr's may be 'probe': the "
+                        "boundary probe sets it)")
+    probed: ProbedHigh | None = Field(default=None, description="written by sweeps: where "
+                                      "a probed high came from")
 
     @model_validator(mode="after")
     def _order(self) -> LogUniform:
@@ -44,7 +49,10 @@ class Uniform(_Knob):
 
     type: Literal["uniform"]
     low: float
-    high: float
+    high: float = Field(description="upper bound (lr's may be 'probe': the boundary probe "
+                        "sets it)")
+    probed: ProbedHigh | None = Field(default=None, description="written by sweeps: where "
+                                      "a probed high came from")
 
     @model_validator(mode="after")
     def _order(self) -> Uniform:
@@ -113,6 +121,14 @@ Knob = Annotated[LogUniform | Uniform | IntRange | Categorical | Fixed,
                  Field(discriminator="type")]
 
 KNOB_TYPES = ("loguniform", "uniform", "int", "categorical", "fixed")
+
+
+def knob_entry(knob: _Knob) -> dict[str, Any]:
+    """A knob as its sweep-file entry (JSON types; no ``probed`` record unless it has one)."""
+    entry = knob.model_dump(mode="json")
+    if entry.get("probed", 0) is None:
+        del entry["probed"]
+    return entry
 
 
 def fixed_value(knob: _Knob) -> Any:

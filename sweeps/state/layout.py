@@ -38,4 +38,6 @@ INDUCTOR_CACHE = "inductor_cache"
 RAY_DIR = "ray"
 #: ``sweeps stability``'s own folder, and ``sweeps audit``'s outputs.
 STABILITY_DIR = "stability"
+#: The boundary probe ``sweeps run`` ran for ``search_space.lr.high: probe`` (boundary.md).
+PROBE_DIR = "lr_probe"
 AUDIT_DIR, AUDIT_CSV, AUDIT_MD = "audit", "audit.csv", "audit.md"

@@ -1,6 +1,8 @@
 """The sweep saved in a results folder: ``sweep.yaml`` (self-contained: base config and
-space inline) and ``sweep_state.json`` (where it was started from), written by ``sweeps
-run`` and read by ``resume``, ``audit``, ``--warm-start`` and the report."""
+space inline; an lr range whose high came from the boundary probe keeps the probed number
+and its ``probed`` record, so a resumed or moved run never probes again) and
+``sweep_state.json`` (where it was started from), written by ``sweeps run`` and read by
+``resume``, ``audit``, ``--warm-start`` and the report."""
 
 from __future__ import annotations
 

@@ -565,3 +565,48 @@ def train(config: dict[str, Any], report: Callable[[dict], None]) -> None:
         if is_eval:
             metrics["val_loss"] = evaluate(net, val_set)
         report(metrics)  # no try/except: sweeps stops a trial by raising here
+
+
+def loss_closure(config: dict[str, Any]) -> tuple[
+        list[torch.Tensor], Callable[..., torch.Tensor], torch.optim.Optimizer]:
+    """Sharpness hook of ``sweeps stability --probe``: ``(params, closure, optimizer)`` as
+    ``train`` builds them for ``config`` (same seed, data, model and optimizer).
+
+    ``closure()`` is the training loss on the run's first batch, in eval mode (no dropout),
+    attention in PyTorch's math kernel (twice differentiable); ``closure(k)`` is the loss on
+    the k-th batch of the run's stream (k = 0: the first), for an LR range test on fresh
+    batches (``bench/lr_range_test.py``). ``train`` is unchanged by it.
+    """
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    data, net_cfg, opt = config.get("data", {}), config.get("model", {}), config["training"]
+    sweep = config.get("sweep") or {}
+    seed = int(sweep.get("seed", 0))
+    device = torch.device(sweep.get("device") or "cpu")
+    torch.manual_seed(seed)  # initial weights, as train draws them
+    data_seed = int(data.get("seed", 0))
+    train_set = make_dataset(int(data.get("n_events", 30_000)), data_seed)
+    if data.get("normalize_inputs", True):
+        train_set = normalized(train_set, feature_stats(train_set))
+    train_set = on_device(train_set, device)
+    batches = shuffled_batches(len(train_set), int(opt.get("batch_size", 64)),
+                               torch.Generator().manual_seed(seed))
+    net = build_model(net_cfg, max_pulses=train_set.features.shape[1]).to(device).eval()
+    optimizer = make_optimizer(net.parameters(), str(opt.get("optimizer", "adamw")),
+                               lr=float(opt["lr"]),
+                               weight_decay=float(opt.get("weight_decay", 0.0)))
+    loss_name = str(opt.get("loss", "angle"))
+    if loss_name not in LOSSES:
+        raise ValueError(f"training.loss: unknown {loss_name!r}; choose one of {tuple(LOSSES)}")
+    loss_fn = LOSSES[loss_name]
+    seen: list[tuple[torch.Tensor, ...]] = []
+
+    def closure(batch: int | None = None) -> torch.Tensor:
+        k = batch or 0
+        while len(seen) <= k:
+            seen.append(train_set.batch(next(batches).to(device)))
+        features, mask, sensor, target = seen[k]
+        with sdpa_kernel([SDPBackend.MATH]):
+            return loss_fn(net(features, mask, sensor), target).mean()
+
+    return list(net.parameters()), closure, optimizer

@@ -299,3 +299,41 @@ def train(config: dict[str, Any], report: Callable[[dict], None]) -> None:
         if is_eval:
             metrics["val_loss"], metrics["val_pred_std"] = evaluate(net, val_set)
         report(metrics)  # no try/except: sweeps stops a trial by raising here
+
+
+def loss_closure(config: dict[str, Any]) -> tuple[
+        list[torch.Tensor], Callable[..., torch.Tensor], torch.optim.Optimizer]:
+    """Sharpness hook of ``sweeps stability --probe``: ``(params, closure, optimizer)`` as
+    ``train`` builds them for ``config`` (same seed, data, model and optimizer).
+
+    ``closure()`` is the training MSE on the run's first batch, in eval mode (no dropout);
+    ``closure(k)`` is the MSE on the k-th batch of the run's stream (k = 0: the first), for
+    an LR range test on fresh batches (``bench/lr_range_test.py``). ``train`` is unchanged
+    by it.
+    """
+    data, net_cfg, opt = config.get("data", {}), config.get("model", {}), config["training"]
+    seed = int((config.get("sweep") or {}).get("seed", 0))
+    torch.manual_seed(seed)  # initial weights, as train draws them
+    train_set, _ = make_datasets(
+        int(data.get("n_train", 8_192)), int(data.get("n_val", 2_048)),
+        int(data.get("seed", 0)), in_features=int(data.get("in_features", 24)),
+        out_features=int(data.get("out_features", 6)), noise=float(data.get("noise", 0.3)))
+    batches = shuffled_batches(len(train_set), int(opt.get("batch_size", 128)),
+                               torch.Generator().manual_seed(seed))
+    net = Regressor(
+        train_set.x.shape[1], train_set.y.shape[1], hidden=int(net_cfg.get("hidden", 128)),
+        layers=int(net_cfg.get("layers", 3)), dropout=float(net_cfg.get("dropout", 0.1)),
+        head_init_scale=float(net_cfg.get("head_init_scale", 1.0)),
+        output_activation=str(net_cfg.get("output_activation", "none"))).eval()
+    optimizer = make_optimizer(net.parameters(), str(opt.get("optimizer", "adamw")),
+                               lr=float(opt["lr"]),
+                               weight_decay=float(opt.get("weight_decay", 0.0)))
+    seen: list[torch.Tensor] = []
+
+    def closure(batch: int | None = None) -> torch.Tensor:
+        k = batch or 0
+        while len(seen) <= k:
+            seen.append(next(batches))
+        return F.mse_loss(net(train_set.x[seen[k]]), train_set.y[seen[k]])
+
+    return list(net.parameters()), closure, optimizer
