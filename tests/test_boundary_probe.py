@@ -126,7 +126,9 @@ def test_probe_on_linreg_brackets_the_edge_a_scan_of_tries_finds(linreg_dir, cap
 
 @pytest.mark.parametrize(("argv", "flag"), [
     (("--param", "lr", "--probe", "--values", "0.1,1"), "--values"),
-    (("--param", "lr", "--probe", "--and", "wd=0,1"), "--and"),
+    (("--param", "lr", "--probe", "--and", "nope=0,1"), "--and"),
+    (("--param", "lr", "--probe", "--and", "lr=0.1,1"), "--and"),
+    (("--param", "lr", "--probe", "--and", "wd"), "--and"),
     (("--param", "wd", "--probe"), "--range"),
     (("--param", "lr", "--probe", "--range", "1:0.1"), "--range"),
     (("--param", "lr", "--values", "0.1,1", "--verify"), "--verify"),
@@ -139,3 +141,28 @@ def test_bad_probe_input_is_one_clear_error(linreg_dir, capsys, argv, flag):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and flag in err and "fix:" in err
     assert not (linreg_dir / "results" / "linreg" / "stability" / "boundary.md").exists()
+
+
+def test_a_crossed_probe_finds_one_boundary_per_value_of_the_second_knob(linreg_dir, capsys):
+    """``--probe --and wd=0,0.05``: the LR boundary probed at each wd (a knob linreg's
+    trainer ignores, so both answers are the plain probe's), one JSON row and one section
+    of boundary.md each, and a summary line per value."""
+    edit_linreg(linreg_dir, search_space={"wd": {"type": "uniform", "low": 0.0, "high": 0.1}},
+                write_back={"wd": "train.wd"}, train={"wd": 0.0})
+    base = ("stability", "linreg.yaml", "--param", "lr", "--probe", "--seeds", "1",
+            "--no-preflight", "--quiet", "--format", "json")
+    assert run_cli_in(linreg_dir, *base) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert run_cli_in(linreg_dir, *base, "--and", "wd=0,0.05") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["param"] == "lr" and out["crossed"] == "wd"
+    assert [r["wd"] for r in out["rows"]] == [0.0, 0.05]
+    for row in out["rows"]:
+        assert (row["boundary_low"], row["boundary_high"]) == \
+            (plain["boundary_low"], plain["boundary_high"])
+    text = (linreg_dir / "results" / "linreg" / "stability" / "boundary.md").read_text()
+    assert "## wd = 0.0" in text and "## wd = 0.05" in text
+    assert run_cli_in(linreg_dir, *base[:-2], "--and", "wd=0,0.05") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.split()[:1] == ["0.05"] and f"{plain['boundary_low']:.4g}" in line
+               for line in lines)

@@ -166,7 +166,8 @@ def probe_range(sweep: Sweep, param: str, text: str | None) -> tuple[float, floa
 
 def run_probe(sweep: Sweep, param: str, rng: tuple[float, float], *, seeds: int = 3,
               echo: Callable[[str], None] | None = None, predict: bool = True,
-              verify_steps: int | None = None) -> boundary.Boundary:
+              verify_steps: int | None = None, fixed: dict[str, Any] | None = None,
+              write: bool = True) -> boundary.Boundary:
     """Probe the boundary of ``param`` one trial at a time in this process (no Ray) and
     write ``boundary.md``; ``sweep`` is the :func:`stability_sweep`, its budget the steps.
 
@@ -174,11 +175,13 @@ def run_probe(sweep: Sweep, param: str, rng: tuple[float, float], *, seeds: int 
     ``loss_closure(config)`` has its sharpness estimated at the base config first, and the
     bracket starts at the predicted boundary (:mod:`sweeps.results.sharpness`).
     ``verify_steps``: afterwards, runs of that length at the interval's two ends
-    (:func:`sweeps.results.boundary.verify`)."""
+    (:func:`sweeps.results.boundary.verify`). ``fixed``: other knobs' values for every
+    run (``--and``); ``write``: write ``boundary.md`` (a crossed probe writes one file
+    for all its values)."""
     _check_knob(sweep, param, [1], "--param")
     if seeds < 1:
         raise SpecError("--seeds", f"{seeds} is below 1", "give e.g. --seeds 3")
-    base = try_values(sweep, {})
+    base = try_values(sweep, dict(fixed or {}))
     start = base.get(param)
     if not isinstance(start, (int, float)) or isinstance(start, bool) or not start > 0:
         start = math.sqrt(rng[0] * rng[1])
@@ -211,11 +214,28 @@ def run_probe(sweep: Sweep, param: str, rng: tuple[float, float], *, seeds: int 
             result.verified = boundary.verify(
                 lambda value, seed: run(value, seed, verify_steps), result, seed_list,
                 verify_steps)
-        md = [f"# Stability boundary of {sweep.name} in {param}", "",
-              *boundary.summary(result, param), "", "Probes:", "",
-              *boundary.probe_lines(result)]
-        write_text(sweep.output_dir / BOUNDARY_FILE, "\n".join(md) + "\n")
+        if write:
+            md = [f"# Stability boundary of {sweep.name} in {param}", "",
+                  *boundary.summary(result, param), "", "Probes:", "",
+                  *boundary.probe_lines(result)]
+            write_text(sweep.output_dir / BOUNDARY_FILE, "\n".join(md) + "\n")
     return result
+
+
+def crossed_lines(param: str, name: str, results: list[tuple[Any, boundary.Boundary]]
+                  ) -> list[str]:
+    """A crossed probe's answer (``--and``): one boundary per value of the second knob,
+    then a line each for the summary table."""
+    out: list[str] = []
+    for value, result in results:
+        out += [f"## {name} = {value}", "", *boundary.summary(result, param), "",
+                *boundary.probe_lines(result), ""]
+    out.append(f"{name:>10}  {param} held   {param} failed  steps")
+    for value, result in results:
+        low = "none" if result.low is None else f"{result.low:.4g}"
+        high = "none" if result.high is None else f"{result.high:.4g}"
+        out.append(f"{value!s:>10}  {low:>9}  {high:>9}  {result.steps}")
+    return out
 
 
 def predict_boundary(sweep: Sweep, base: dict[str, Any],
@@ -270,6 +290,24 @@ def _probe_run(sweep: Sweep, config: dict[str, Any], max_steps: int | None = Non
     return boundary.SeedRun(False, steps, verdict.reason, int(verdict.step))
 
 
+def _crossed(sweep: Sweep, param: str, text: str | None) -> tuple[str, list[Any]] | None:
+    """``--and KNOB=v1,v2`` with ``--probe``: the knob whose values each get a probe of
+    ``param``; None without it; a SpecError naming the flag otherwise."""
+    if not text:
+        return None
+    name, sep, rest = text.partition("=")
+    name = name.strip()
+    if not sep or not rest.strip():
+        raise SpecError("--and", f"{text!r} is not NAME=v1,v2", "write e.g. --and "
+                        "grad_clip=0,1,5")
+    if name == param:
+        raise SpecError("--and", f"{name!r} is the probed knob itself",
+                        "cross another knob, e.g. --and grad_clip=0,1,5")
+    values = stability.parse_values(rest)
+    _check_knob(sweep, name, values, "--and")
+    return name, values
+
+
 def cmd_probe(args: Any) -> int:
     """``sweeps stability FILE --param P --probe``: flags checked, probe run (``--verify``:
     then full-length runs at the interval's ends, the sweep's ``budget.max_steps`` even
@@ -282,12 +320,11 @@ def cmd_probe(args: Any) -> int:
     from sweeps.spec.loader import load_sweep
     from sweeps.trial.tryout import _with_budget
 
-    for flag, given in (("--values", args.values), ("--and", args.and_)):
-        if given:
-            raise SpecError(flag, "does not go with --probe (the probe picks its own "
-                            "values, one knob only)",
-                            f"drop {flag}, or drop --probe to run a grid")
+    if args.values:
+        raise SpecError("--values", "does not go with --probe (the probe picks its own "
+                        "values of --param)", "drop --values, or drop --probe to run a grid")
     sweep = load_sweep(args.file, workdir=Path.cwd())
+    crossed = _crossed(sweep, args.param, args.and_)
     full = int(sweep.spec.budget.max_steps)
     if args.steps:
         sweep = _with_budget(sweep, args.steps)
@@ -301,13 +338,30 @@ def cmd_probe(args: Any) -> int:
         sweep = stability_sweep(sweep)
         if not args.no_preflight:
             sweep = preflight(sweep)
+        options = dict(seeds=args.seeds, echo=echo, predict=not args.no_sharpness,
+                       verify_steps=full if args.verify else None)
         try:
-            result = run_probe(sweep, args.param, rng, seeds=args.seeds, echo=echo,
-                               predict=not args.no_sharpness,
-                               verify_steps=full if args.verify else None)
+            if crossed is not None:
+                name, values = crossed
+                results = [(v, run_probe(sweep, args.param, rng, fixed={name: v},
+                                         write=False, **options)) for v in values]
+            else:
+                result = run_probe(sweep, args.param, rng, **options)
         except RuntimeError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
+        if crossed is not None:
+            lines = crossed_lines(args.param, name, results)
+            write_text(sweep.output_dir / BOUNDARY_FILE, "\n".join(
+                [f"# Stability boundary of {sweep.name} in {args.param}, per {name}", "",
+                 *lines]) + "\n")
+    if crossed is not None:
+        if args.format == "json":
+            print(json.dumps({"param": args.param, "crossed": name, "rows": [
+                {name: v, **r.as_dict()} for v, r in results]}, indent=2))
+        else:
+            print("\n".join([*lines, f"written: {sweep.output_dir / BOUNDARY_FILE}"]))
+        return 0
     if args.format == "json":
         print(json.dumps(result.as_dict(), indent=2))
         why = result.verified.disagreement(args.param) if result.verified else None
