@@ -73,7 +73,10 @@ def test_stable_yamls_are_stable_configs_in_the_user_layout(linreg_run):
     for f in files:
         text = f.read_text()
         assert text.startswith("# Written by sweeps")
-        assert "confirmation: stable on 1/1 extra seeds" in text
+        # one fresh seed (confirm.seeds: 1), or confirm.narrow_seeds (4) where the LR x2
+        # probe failed: a narrow margin asks for more evidence
+        seeds = 4 if "margin narrow" in text else 1
+        assert f"confirmation: stable on {seeds}/{seeds} extra seeds" in text
         cfg = yaml.safe_load(text)
         assert list(cfg) == list(base), "top-level layout and order kept"
         assert cfg["notes"] == base["notes"] and cfg["experiment"] == base["experiment"]
