@@ -114,6 +114,10 @@ def test_probe_on_linreg_brackets_the_edge_a_scan_of_tries_finds(linreg_dir, cap
     assert high / low <= 1.25 + 1e-9
     assert out["steps"] < out["grid_steps"]
     assert out["probes"][0].keys() >= {"lr", "seeds", "outcome", "reason", "stop_step"}
+    advice = out["advice"]  # a 2x margin below the held end; clip from the held runs' norms
+    assert advice["lr"] == pytest.approx(low / 2) and advice["margin"] == 2
+    assert advice["grad_clip"] > 0 and "pre-clip grad norms of the probe runs" in \
+        advice["grad_clip_why"]
     # independent scan: every LR at or below the answer holds on both probe seeds and every
     # LR at or above its failing end fails on one of them (the edge lies inside)
     for lr in (low / 1.5, low / 1.1, low):

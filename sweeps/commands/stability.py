@@ -286,7 +286,9 @@ def _probe_run(sweep: Sweep, config: dict[str, Any], max_steps: int | None = Non
         raise RuntimeError(f"the trainer crashed at {config} (not an instability): "
                            f"{verdict.summary() if verdict else 'no verdict'}")
     if verdict is None or verdict.reason in stability.SLOW_REASONS:
-        return boundary.SeedRun(True, steps)
+        norms = tuple(v for h in reporter.history
+                      if isinstance(v := h.get("grad_norm"), (int, float)) and math.isfinite(v))
+        return boundary.SeedRun(True, steps, grad_norms=norms)
     return boundary.SeedRun(False, steps, verdict.reason, int(verdict.step))
 
 

@@ -34,6 +34,8 @@ class SeedRun:
     steps: int
     reason: str | None = None
     stop_step: int | None = None
+    #: The run's pre-clip grad norms (for the grad_clip advice), when it reported them.
+    grad_norms: tuple[float, ...] = ()
 
 
 @dataclass
@@ -84,6 +86,17 @@ class Boundary:
         """Steps of the probe runs (the verify runs are counted apart)."""
         return sum(p.steps for p in self.points)
 
+    def advice(self) -> dict[str, Any]:
+        """What to use: ``lr`` a :data:`~sweeps.results.stability.SAFETY_MARGIN` below the
+        largest value that held (None when none did), and ``grad_clip`` from the pre-clip
+        grad norms of the runs that held, as the grid advises it (``grad_clip_why``)."""
+        from sweeps.results.stability import SAFETY_MARGIN, clip_from_norms
+
+        norms = [v for p in self.points for r in p.runs if r.held for v in r.grad_norms]
+        clip, why = clip_from_norms(norms, "probe runs that held")
+        return {"lr": self.low / SAFETY_MARGIN if self.low is not None else None,
+                "margin": SAFETY_MARGIN, "grad_clip": clip, "grad_clip_why": why}
+
     @property
     def grid_steps(self) -> int:
         return grid_steps(*self.bracket, self.seeds, self.steps_per_run)
@@ -101,6 +114,7 @@ class Boundary:
                 "sharpness": self.prediction.as_dict() if self.prediction else None,
                 "sharpness_note": self.prediction_note,
                 "verify": self.verified.as_dict() if self.verified else None,
+                "advice": self.advice(),
                 "probes": [p.row() for p in self.points]}
 
 
@@ -280,6 +294,13 @@ def summary(b: Boundary, name: str = "lr") -> list[str]:
              f"{b.bracket[0]:.4g}..{b.bracket[1]:.4g} with ratio {RATIO:g} "
              f"({d['grid_points']} points × {b.seeds} seed(s) × {b.steps_per_run} steps) "
              f"would cost {d['grid_steps']} (ratio {d['ratio']:.2f})"]
+    advice = b.advice()
+    if advice["lr"] is not None:
+        lines.append(f"advice: {name} {advice['lr']:.4g} ({advice['margin']:g}x below "
+                     f"{b.low:.4g}, the largest that held: a margin below the edge)")
+    if advice["grad_clip"] is not None:
+        lines.append(f"advice: grad_clip {advice['grad_clip']:.3g} "
+                     f"({advice['grad_clip_why']})")
     if b.prediction is not None:
         lines.append(b.prediction.line(name) + _against(b.prediction.predicted, b))
     elif b.prediction_note:

@@ -262,12 +262,18 @@ def recommend_clip(rows: list[Cell]) -> tuple[float | None, str]:
     """grad_clip ≈ 90th percentile of stable runs' pre-clip norms, kept within 2-5x the median."""
     norms = [v for c in rows for r in c.runs if r.status == OK
              for v in objectives.series(r.history, "grad_norm")]
+    return clip_from_norms(norms, "stable runs")
+
+
+def clip_from_norms(norms: list[float], runs: str) -> tuple[float | None, str]:
+    """grad_clip ≈ the 90th percentile of ``norms`` (pre-clip grad norms of the ``runs``
+    that held), kept within 2-5x their median; None without norms."""
     if not norms:
-        return None, "no stable run reported grad_norm"
+        return None, f"no {runs.removesuffix('s')} reported grad_norm"
     p90 = float(np.percentile(norms, 90))
     median = float(np.median(norms))
     clip = min(max(p90, 2 * median), 5 * median)
-    return clip, (f"90th percentile of the {len(norms)} pre-clip grad norms of the stable runs "
+    return clip, (f"90th percentile of the {len(norms)} pre-clip grad norms of the {runs} "
                   f"is {p90:.3g} (median {median:.3g}); kept within 2-5x the median: {clip:.3g}")
 
 
