@@ -54,6 +54,13 @@ def test_every_name_gets_a_legal_distinct_mlflow_name(names):
             assert legal == name, "a legal name is kept as it is"
 
 
+def test_a_long_name_cut_at_a_slash_stays_legal():
+    """The cut to 250 characters comes before the path check: a cut that would end in
+    ``/`` or ``/.`` (which MLflow's path check refuses) is caught."""
+    for name in ("a" * 249 + "/b", "a" * 248 + "/.b"):
+        assert _mlflow_accepts(legal_name(name)), name
+
+
 def test_names_mlflow_refuses():
     assert legal_name("acc@1") == "acc_1"
     assert legal_name("a//b") == "a__b" and legal_name("/abs") == "_abs"

@@ -45,8 +45,9 @@ class Logged:
 
 
 def legal_name(name: str) -> str:
-    """``name`` with what MLflow refuses in a metric name replaced by ``_``."""
-    out = _ILLEGAL.sub("_", name)
+    """``name`` with what MLflow refuses in a metric name replaced by ``_`` (cut to
+    MLflow's longest name first, so the cut cannot leave a path MLflow rewrites, ``a/``)."""
+    out = _ILLEGAL.sub("_", name)[:_MAX_KEY]
     if posixpath.normpath(out) != out or out.startswith(("/", "..")) or out in ("", "."):
         out = out.replace("/", "_")  # a name a path would rewrite ("a//b", "a/./b", "a/")
         if out.startswith("..") or out in ("", "."):
