@@ -50,7 +50,9 @@ def test_every_name_gets_a_legal_distinct_mlflow_name(names):
     assert len(set(mapped.values())) == len(mapped), "no two names meet"
     for name, legal in mapped.items():
         assert _mlflow_accepts(legal), (name, legal)
-        if _mlflow_accepts(name) and ":" not in name:
+        # MLflow's own check lets one trailing newline through (its pattern's "$" matches
+        # before it); sweeps replaces it, as any other character outside the pattern
+        if _mlflow_accepts(name) and ":" not in name and not name.endswith("\n"):
             assert legal == name, "a legal name is kept as it is"
 
 
@@ -59,6 +61,7 @@ def test_a_long_name_cut_at_a_slash_stays_legal():
     ``/`` or ``/.`` (which MLflow's path check refuses) is caught."""
     for name in ("a" * 249 + "/b", "a" * 248 + "/.b"):
         assert _mlflow_accepts(legal_name(name)), name
+    assert metric_names(["\n", "acc\n"]) == {"\n": "_", "acc\n": "acc_"}
 
 
 def test_names_mlflow_refuses():
