@@ -15,6 +15,7 @@ import pandas as pd
 
 from sweeps.errors import SpecError
 from sweeps.protocol import CRASH, SEED_KEY, STATUS_KEY
+from sweeps.record import objectives
 from sweeps.record.book import TrialBook, books_of, open_book
 from sweeps.results import boundary, stability
 from sweeps.results.files import write_csv, write_histories
@@ -286,8 +287,7 @@ def _probe_run(sweep: Sweep, config: dict[str, Any], max_steps: int | None = Non
         raise RuntimeError(f"the trainer crashed at {config} (not an instability): "
                            f"{verdict.summary() if verdict else 'no verdict'}")
     if verdict is None or verdict.reason in stability.SLOW_REASONS:
-        norms = tuple(v for h in reporter.history
-                      if isinstance(v := h.get("grad_norm"), (int, float)) and math.isfinite(v))
+        norms = tuple(objectives.series(reporter.history, "grad_norm"))
         return boundary.SeedRun(True, steps, grad_norms=norms)
     return boundary.SeedRun(False, steps, verdict.reason, int(verdict.step))
 

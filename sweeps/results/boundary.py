@@ -54,6 +54,16 @@ class Point:
     def steps(self) -> int:
         return sum(r.steps for r in self.runs)
 
+    def extend(self, run: Callable[[float, int], SeedRun], seeds: list[int]) -> bool:
+        """Run the ``seeds`` not run here yet, in order, until one fails (a point that
+        failed on one seed is failed); whether the point holds."""
+        for seed in seeds[len(self.seeds):]:
+            if self.runs and not self.held:
+                break
+            self.seeds.append(seed)
+            self.runs.append(run(self.value, seed))
+        return self.held
+
     def row(self) -> dict[str, Any]:
         """The JSON form: value, seeds, outcome, reason and stop step of the failing seed."""
         bad = next((r for r in self.runs if not r.held), None)
@@ -180,11 +190,7 @@ def verify(run: Callable[[float, int], SeedRun], b: Boundary, seeds: list[int],
         if value is None:
             return None
         p = Point(value)
-        for seed in seeds:  # one failed seed settles either end
-            p.seeds.append(seed)
-            p.runs.append(run(value, seed))
-            if not p.runs[-1].held:
-                break
+        p.extend(run, seeds)  # one failed seed settles either end
         return p
 
     return Verify(point(b.low), point(b.high), list(seeds), steps_per_run)
@@ -221,13 +227,7 @@ def probe(run: Callable[[float, int], SeedRun], start: float, low: float, high: 
     points: dict[float, Point] = {}
 
     def holds(value: float, upto: int = 1) -> bool:
-        point = points.setdefault(value, Point(value))
-        for seed in seeds[len(point.seeds):upto]:
-            if point.runs and not point.held:
-                break
-            point.seeds.append(seed)
-            point.runs.append(run(value, seed))
-        return point.held
+        return points.setdefault(value, Point(value)).extend(run, seeds[:upto])
 
     ok, bad = _bracket(holds, min(max(start, low), high), low, high, factor,
                        first or factor)

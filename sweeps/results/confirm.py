@@ -56,7 +56,7 @@ from sweeps.record import objectives
 from sweeps.record.book import TrialBook, TrialRecord
 from sweeps.spec.loader import Objective, Sweep
 from sweeps.trial import horizon
-from sweeps.trial.run import trial_settings, trial_values
+from sweeps.trial.run import is_probe, trial_settings, trial_values
 
 #: Verdicts under which a candidate is handed over.
 HOLDS = ("confirmed", "unconfirmed")
@@ -364,7 +364,7 @@ def run_cost(sweep: Sweep, run: dict[str, Any]) -> int:
     """Steps a re-run of :func:`ladder` may take: ``budget.max_steps``; an LR probe holds
     once the rules could tell (:func:`sweeps.trial.horizon.hold_step`)."""
     steps = sweep.spec.budget.max_steps
-    if not str(run.get(ROLE_KEY, "")).startswith(probe_role("")):
+    if not is_probe(run):
         return steps
     return horizon.hold_step(trial_settings(sweep, trial_values(sweep, run)), steps)
 
