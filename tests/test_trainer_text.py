@@ -143,3 +143,31 @@ def test_a_trial_keeps_a_bounded_number_of_metric_keys(tmp_path, ray_session):
     from sweeps.trial.reporter import MAX_METRIC_KEYS as bound
 
     assert bound == MAX_METRIC_KEYS
+
+
+PROBE_TRAINER = f'''
+from linreg_trainer import train as _train
+
+
+def loss_closure(config):
+    raise ValueError({ERROR!r})
+
+
+def train(config, report):
+    if float(config["train"]["lr"]) > 0.5:
+        raise RuntimeError({ERROR!r})
+    _train(config, report)
+'''
+
+
+def test_the_boundary_probe_prints_a_trainers_text_as_text(linreg_dir):
+    """A loss_closure that raises, and a trainer that crashes in a probe run, with markup
+    and escape codes in their errors: the probe says both, as text (exit 1 for the crash)."""
+    (linreg_dir / "probe_trainer.py").write_text(PROBE_TRAINER)
+    edit_linreg(linreg_dir, trainer="probe_trainer:train")
+    code, printed = _cli(linreg_dir, "stability", "linreg.yaml", "--param", "lr", "--probe",
+                         "--seeds", "1", "--no-preflight")
+    assert code == 1, printed
+    _as_text(printed)
+    assert "loss_closure failed (ValueError: bad [/INST] token red)" in printed
+    assert "error: the trainer crashed" in printed and "bad [/INST] token red" in printed

@@ -23,6 +23,7 @@ from sweeps.spec.loader import Sweep
 from sweeps.spec.trainer_loader import load_trainer
 from sweeps.state.atomic import write_text
 from sweeps.state.folder_lock import claim
+from sweeps.terminal import clean, echo
 from sweeps.trial.gpu import trial_device
 from sweeps.trial.run import prepare_process, run_trainer, trial_values
 from sweeps.trial.tryout import try_values
@@ -265,7 +266,7 @@ def predict_boundary(sweep: Sweep, base: dict[str, Any],
         with torch.random.fork_rng(devices=[]):
             return sharpness.from_hook(hook(config)), None
     except Exception as exc:  # noqa: BLE001 - the user's hook: the probe goes on without it
-        last = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ""
+        last = clean(str(exc).strip().splitlines()[-1][:300]) if str(exc).strip() else ""
         return None, (f"predicted: none: {sharpness.HOOK} failed ({type(exc).__name__}: "
                       f"{last}); the bracket starts at the base config's value")
 
@@ -332,15 +333,15 @@ def cmd_probe(args: Any) -> int:
         sweep = _with_budget(sweep, args.steps)
     rng = probe_range(sweep, args.param, args.range)
 
-    def echo(line: str) -> None:
+    def say(line: str) -> None:
         if not args.quiet:
-            print(line, file=sys.stderr, flush=True)
+            echo(line, file=sys.stderr)
 
     with claim(sweep.output_dir, "stability"):
         sweep = stability_sweep(sweep)
         if not args.no_preflight:
             sweep = preflight(sweep)
-        options = dict(seeds=args.seeds, echo=echo, predict=not args.no_sharpness,
+        options = dict(seeds=args.seeds, echo=say, predict=not args.no_sharpness,
                        verify_steps=full if args.verify else None)
         try:
             if crossed is not None:
@@ -349,8 +350,8 @@ def cmd_probe(args: Any) -> int:
                                          write=False, **options)) for v in values]
             else:
                 result = run_probe(sweep, args.param, rng, **options)
-        except RuntimeError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+        except RuntimeError as exc:  # a trainer's error text: printed as text
+            echo(f"error: {exc}", file=sys.stderr)
             return 1
         if crossed is not None:
             lines = crossed_lines(args.param, name, results)
@@ -362,7 +363,7 @@ def cmd_probe(args: Any) -> int:
             print(json.dumps({"param": args.param, "crossed": name, "rows": [
                 {name: v, **r.as_dict()} for v, r in results]}, indent=2))
         else:
-            print("\n".join([*lines, f"written: {sweep.output_dir / BOUNDARY_FILE}"]))
+            echo("\n".join([*lines, f"written: {sweep.output_dir / BOUNDARY_FILE}"]))
         return 0
     if args.format == "json":
         print(json.dumps(result.as_dict(), indent=2))
@@ -370,6 +371,6 @@ def cmd_probe(args: Any) -> int:
         if why:  # stdout stays JSON: the disagreement is said on stderr too
             print(f"disagrees: {why}", file=sys.stderr)
     else:
-        print("\n".join([*boundary.summary(result, args.param), *boundary.probe_lines(result),
-                         f"written: {sweep.output_dir / BOUNDARY_FILE}"]))
+        echo("\n".join([*boundary.summary(result, args.param), *boundary.probe_lines(result),
+                        f"written: {sweep.output_dir / BOUNDARY_FILE}"]))
     return 0
