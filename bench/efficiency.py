@@ -171,16 +171,16 @@ BUILTIN["fragile-robust"] = {**BUILTIN["fragile"], "space": {
     **BUILTIN["fragile"]["space"], "lr": {"type": "loguniform", "low": 1e-3, "high": 2e-2}}}
 
 
-def run_seeds(case: str | None, sweep, count: int) -> list[int]:
-    """The search seeds of ``count`` runs: 0, 1, ..., or for the fragile case the first
-    seeds whose basin above the edge is the good one (so each search sees the fragile
-    configs as the best)."""
+def run_seeds(case: str | None, sweep, count: int, first: int = 0) -> list[int]:
+    """The search seeds of ``count`` runs from the ``first``-th on: first, first + 1, ...,
+    or for the fragile case the seeds whose basin above the edge is the good one (so
+    each search sees the fragile configs as the best)."""
     if case is None or BUILTIN[case].get("run_seeds") != "lucky":
-        return list(range(count))
+        return list(range(first, first + count))
     from bench.fragile import DEFAULTS, lucky_seeds
 
     plant = {**DEFAULTS, **(sweep.base_config.get("fragile") or {})}
-    return lucky_seeds(count, float(plant["lucky_share"]), str(plant["salt"]))
+    return lucky_seeds(first + count, float(plant["lucky_share"]), str(plant["salt"]))[first:]
 
 
 def builtin_sweep(trainer: str, steps: int):
@@ -817,6 +817,8 @@ def main() -> None:
     ap.add_argument("--budget", type=int, help="training steps per method run "
                     "(default: --trials x --steps, or the sweep file's budget.total_steps)")
     ap.add_argument("--seeds", type=int, help="run seeds (default 3; 2 with --quick)")
+    ap.add_argument("--first-seed", type=int, default=0, metavar="K",
+                    help="start at the K-th run seed (to add runs to an earlier benchmark)")
     ap.add_argument("--concurrent", type=int, default=2)
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--noise-seeds", type=int, default=0, help="afterwards, re-train each "
@@ -863,7 +865,7 @@ def main() -> None:
         runs: dict[str, list] = {m: [] for m in methods}
         walls: dict[str, list] = {m: [] for m in methods}
         fresh: dict[str, list] = {m: [] for m in methods}
-        seeds = run_seeds(case, base, args.seeds)
+        seeds = run_seeds(case, base, args.seeds, args.first_seed)
         # with --fresh-seeds, sweeps confirms as a user's sweep would: the file's confirm
         # section (a built-in case's: the Confirm() defaults), inside the same step budget
         confirm = base.spec.confirm if args.fresh_seeds > 0 else None

@@ -112,12 +112,24 @@ def test_a_rising_negative_loss_has_no_ratio_and_is_not_judged():
     assert first_firing(losses(values)) is None
 
 
-def test_an_explosion_on_step_2_is_caught_on_that_report():
+def test_an_explosion_at_the_start_is_caught_on_the_report_that_confirms_it():
     # a character-level GPT at lr 3 without clipping: ln 97 = 4.575 -> 217.6 at step 2
     values = [4.47, 217.6, 350.0, 504.0, 420.0, 300.0, 200.0, 120.0, 80.0, 40.0]
     for settings in (S, RuleSettings(baseline_loss=4.575)):
         verdict = first_firing(losses(values), settings)
-        assert verdict.step == 1 and verdict.evidence["kind"] == "explosion"
+        assert verdict.step == 2 and verdict.evidence["kind"] == "explosion"
+
+
+def test_a_one_step_jump_at_the_start_that_the_next_loss_takes_back_trains_on():
+    # trainers/regression.py, Adam at lr 0.035 with no warmup (seed 1): the first update
+    # throws the loss to 46x its start for one step; the run ends at val_loss 0.28
+    values = [1.397, 64.11, 3.171, 1.147, 1.103, 0.971, 1.068, 0.94] + \
+        [0.9 * math.exp(-t / 80) + 0.25 for t in range(200)]
+    for settings in (S, RuleSettings(baseline_loss=1.0)):
+        assert first_firing(losses(values), settings) is None
+    twice = values[:2] + [40.0] + values[3:]  # still 10x up one report later: exploded
+    verdict = first_firing(losses(twice), RuleSettings(baseline_loss=1.0))
+    assert verdict.step == 2 and verdict.evidence["kind"] == "explosion"
 
 
 def test_a_loss_50x_the_baseline_is_stopped_on_the_report_that_shows_it():

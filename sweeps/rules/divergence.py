@@ -29,7 +29,8 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
 
     **Explosion** (no history needed): the newest loss is at least ``explosion_factor``
     x ``baseline_loss`` (when set), or x the run's first loss (when positive) within the
-    run's first ``MIN_REPORTS`` losses.
+    run's first ``MIN_REPORTS`` losses; within those, on two losses in a row (a one-step
+    jump that the next loss takes back is the run's first updates, not divergence).
 
     **Climb:** the smoothed loss (mean of the last ``smoothing`` finite losses) is
 
@@ -125,18 +126,30 @@ def _explosion(history: Sequence[Mapping[str, Any]], newest: float,
                settings: RuleSettings) -> Verdict | None:
     """The newest loss ``explosion_factor`` x the baseline, or x the run's first loss while
     the run is younger than ``MIN_REPORTS`` losses (later the climb test and loss_spike,
-    which judge against the recent history, take over)."""
+    which judge against the recent history, take over).
+
+    Within the run's first ``MIN_REPORTS`` losses the explosion must show on two losses
+    in a row: the first updates of a run with no warmup (Adam's first step moves every
+    weight by about the LR) can throw the loss up for one step, and a run whose next
+    loss is back below the limit recovers from it and trains on; a run that really
+    exploded is still above it (or non-finite, which ``nan_inf`` stops) one report later.
+    """
     factor = settings.explosion_factor
     if factor is None:
         return None
     early = newest_finite(history, "loss", 0, MIN_REPORTS + 1)
+    young = len(early) <= MIN_REPORTS
     first = early[-1] if 1 < len(early) <= MIN_REPORTS else None
+    before = early[1] if young and len(early) > 1 else None
     references = {"baseline": settings.baseline_loss, "run_start": first}
     for kind, reference in references.items():
-        if reference is not None and reference > 0 and newest >= factor * reference:
-            return Verdict("divergence", newest_step(history), {
-                "loss": newest, "reference": reference, "reference_kind": kind,
-                "ratio": newest / reference, "threshold": factor, "kind": "explosion"})
+        if reference is None or reference <= 0 or newest < factor * reference:
+            continue
+        if young and (before is None or before < factor * reference):
+            continue  # a one-step jump early on: judged again on the next report
+        return Verdict("divergence", newest_step(history), {
+            "loss": newest, "reference": reference, "reference_kind": kind,
+            "ratio": newest / reference, "threshold": factor, "kind": "explosion"})
     return None
 
 
