@@ -56,6 +56,32 @@ def test_a_folder_sealed_under_another_key_or_writable_by_others_is_refused(tmp_
     assert "tuner.pkl is not yours alone" in info.value.problem
 
 
+def test_a_umask_002_folder_passes_unless_its_group_has_other_members(tmp_path,
+                                                                      monkeypatch):
+    """A user-private group (what a ``umask 002`` account writes with) is the user's own;
+    a group with other members is not."""
+    from sweeps.state import folder_lock
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    old = os.umask(0o002)
+    try:
+        folder = _results_folder(tmp_path)
+        seal(folder)
+    finally:
+        os.umask(old)
+    pickled = folder / "ray" / "tuner.pkl"
+    assert pickled.stat().st_mode & 0o020, "written group-writable, as umask 002 does"
+    folder_lock._group_is_mine_alone.cache_clear()
+    if not folder_lock._group_is_mine_alone(pickled.stat().st_gid):
+        pytest.skip("this account's group has other members")
+    check(folder)
+    # the group gains a member (cannot be caused here without adding a user)
+    monkeypatch.setattr(folder_lock, "_group_is_mine_alone", lambda gid: False)
+    with pytest.raises(SpecError) as info:
+        check(folder)
+    assert "is not yours alone" in info.value.problem
+
+
 def test_resume_refuses_an_unsealed_folder_before_ray_starts(tmp_path, monkeypatch, capsys):
     import ray
 

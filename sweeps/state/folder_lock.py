@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import json
 import os
 import shlex
@@ -103,6 +104,7 @@ def _user_name(uid: int) -> str:
         return f"uid {uid}"
 
 
+@functools.lru_cache(maxsize=64)
 def _group_is_mine_alone(gid: int) -> bool:
     """Whether no other user is in group ``gid`` (a user-private group, as umask 002 uses)."""
     try:
@@ -115,6 +117,15 @@ def _group_is_mine_alone(gid: int) -> bool:
         return all(p.pw_uid == os.getuid() for p in pwd.getpwall() if p.pw_gid == gid)
     except (ImportError, KeyError):
         return False
+
+
+def writable_by_others(info: os.stat_result) -> bool:
+    """Whether another user may write the file or folder ``info`` describes: it is
+    writable by all, or by a group with other members (a user-private group, as a
+    ``umask 002`` account writes with, is this user's own)."""
+    mode = info.st_mode
+    return bool(mode & stat.S_IWOTH) or bool(
+        mode & stat.S_IWGRP and not _group_is_mine_alone(info.st_gid))
 
 
 def others_can_change(path: Path, *, root: bool = False) -> str | None:

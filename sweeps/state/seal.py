@@ -24,12 +24,12 @@ import hmac
 import json
 import os
 import secrets
-import stat
 from pathlib import Path
 
 from sweeps.errors import SpecError
 from sweeps.state import layout
 from sweeps.state.atomic import write_text
+from sweeps.state.folder_lock import writable_by_others
 
 SEAL_FILE = layout.SEAL_FILE
 #: What ``resume`` loads as code, under the results folder
@@ -114,7 +114,9 @@ def _sealed_here(folder: Path) -> bool:
 
 
 def _open_to_others(folder: Path) -> Path | None:
-    """The first path of the state (or the folder) another user could write, if any."""
+    """The first path of the state (or the folder) another user owns or could write, if
+    any (group-writable is fine when the group is this user's alone, as ``umask 002``
+    accounts write: :func:`sweeps.state.folder_lock.writable_by_others`)."""
     me = os.getuid()
     paths = [folder]
     for pattern in PICKLED_STATE:
@@ -125,7 +127,7 @@ def _open_to_others(folder: Path) -> Path | None:
             info = path.lstat()
         except FileNotFoundError:
             continue
-        if info.st_uid != me or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        if info.st_uid != me or writable_by_others(info):
             return path
     return None
 
