@@ -130,15 +130,17 @@ def test_metric_names_mlflow_refuses_are_mapped_for_mlflow_alone(acc_dir, ray_se
 @pytest.mark.slow
 def test_tracking_that_fails_is_a_warning_and_every_other_output_is_written(
         acc_dir, ray_session, capsys, tmp_path):
-    assert main(["run", "linreg.yaml", "--quiet", "--no-preflight",
-                 "--tracking-uri", "http://127.0.0.1:9"]) == 0  # loopback, nothing listens
+    assert main(["run", "linreg.yaml", "--quiet", "--no-preflight", "--tracking-uri",
+                 "http://alice:S3cretPW@127.0.0.1:9"]) == 0  # loopback, nothing listens
     out = acc_dir / "results" / "acc"
     printed = capsys.readouterr()
     assert "warning: MLflow tracking failed" in printed.err and "127.0.0.1:9" in printed.err
     assert "MLflow: NOT LOGGED" in printed.out
     trials = _all_outputs(out)
     note = (out / "tracking.txt").read_text()
-    assert "NOT LOGGED" in note and "http://127.0.0.1:9" in note and "sweeps resume" in note
+    assert "NOT LOGGED" in note and "http://alice:***@127.0.0.1:9" in note
+    assert "sweeps resume" in note
+    assert "S3cretPW" not in printed.out + printed.err + note, "the password is never shown"
     assert not (out / "mlflow.db").exists()
 
     # a store MLflow itself cannot open (no probe catches it): the same warning, exit 0

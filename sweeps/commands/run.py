@@ -24,8 +24,9 @@ from sweeps.results.files import (
 )
 from sweeps.results.front import candidates, pareto_front
 from sweeps.results.report import write_report
-from sweeps.results.tracking import log_sweep, redact, scrub
+from sweeps.results.tracking import log_sweep, scrub
 from sweeps.results.tracking import tracking_uri as resolve_tracking_uri
+from sweeps.secrets import hide_credentials
 from sweeps.spec.loader import Sweep
 from sweeps.state import check as state_check
 from sweeps.state import folder_lock, saved_sweep
@@ -249,7 +250,7 @@ def write_outputs(sweep: Sweep, book: TrialBook, front: list[TrialRecord],
     for rank, conf in enumerate(chosen.handed_over, start=1):
         tags[conf.trial_id]["sweeps.pareto_rank"] = str(rank)
     full = resolve_tracking_uri(sweep, tracking_uri)
-    uri, tracked, error = redact(full), None, None
+    uri, tracked, error = hide_credentials(full), None, None
     try:
         logged = log_sweep(sweep, book, tags, tracking_uri)
         tracked = uri

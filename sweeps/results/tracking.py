@@ -81,15 +81,6 @@ def tracking_uri(sweep: Sweep, uri: str | None = None) -> str:
         f"sqlite:///{Path(sweep.output_dir) / 'mlflow.db'}"
 
 
-def redact(uri: str) -> str:
-    """``uri`` without a password (``https://user:***@host``), for messages and notes."""
-    parsed = urllib.parse.urlparse(uri)
-    if parsed.password is None:
-        return uri
-    host = parsed.netloc.rpartition("@")[2]
-    return parsed._replace(netloc=f"{parsed.username}:***@{host}").geturl()
-
-
 def scrub(text: str, uri: str) -> str:
     """``text`` (an error message) with the password of ``uri`` masked."""
     password = urllib.parse.urlparse(uri).password
