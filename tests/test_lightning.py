@@ -132,6 +132,19 @@ class Catch(pl.Callback):
         self.teardowns.append(stage)
 
 
+class Reports(list):
+    """A ``report``: the metrics it received, in order, and the checkpoints beside them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.checkpoints: list[tuple[int, dict]] = []  # (step, state)
+
+    def __call__(self, metrics: dict, checkpoint: dict | None = None) -> None:
+        self.append(metrics)
+        if checkpoint is not None:
+            self.checkpoints.append((metrics["step"], checkpoint))
+
+
 def sweep_config(max_steps: int, clip: float | None = None, **trainer: object) -> dict:
     return {"trainer": {"gradient_clip_val": clip, **trainer},
             "sweep": {"trial_id": "t", "seed": 0, "max_steps": max_steps, "device": "cpu"}}
@@ -145,9 +158,9 @@ def train_reports(reports: list[dict]) -> list[dict]:
 
 
 def test_pre_clip_grad_norm_lr_and_loss_of_every_step():
-    reports: list[dict] = []
+    reports = Reports()
     model = Probe(lr=0.2, warmup_steps=4)
-    trainer = fit(sweep_config(10, clip=0.5), reports.append, model, Data())
+    trainer = fit(sweep_config(10, clip=0.5), reports, model, Data())
 
     steps = train_reports(reports)
     assert [r["step"] for r in steps] == list(range(1, 11)) and trainer.global_step == 10
@@ -170,9 +183,9 @@ def test_pre_clip_grad_norm_lr_and_loss_of_every_step():
 
 
 def test_gradient_accumulation_reports_once_per_optimizer_step():
-    reports: list[dict] = []
+    reports = Reports()
     model = Probe()
-    fit(sweep_config(4), reports.append, model, Data(), accumulate_grad_batches=2)
+    fit(sweep_config(4), reports, model, Data(), accumulate_grad_batches=2)
 
     steps = train_reports(reports)
     assert [r["step"] for r in steps] == [1, 2, 3, 4] and len(model.losses) == 8
@@ -183,9 +196,9 @@ def test_gradient_accumulation_reports_once_per_optimizer_step():
 
 
 def test_val_loss_after_each_validation_and_at_the_end_of_the_budget():
-    reports: list[dict] = []
+    reports = Reports()
     model = Probe()
-    fit(sweep_config(12), reports.append, model, Data())
+    fit(sweep_config(12), reports, model, Data())
 
     vals = [r for r in reports if "val_loss" in r]
     # Lightning validates at the end of each 8-step epoch; the budget ends mid-epoch, so
@@ -197,11 +210,37 @@ def test_val_loss_after_each_validation_and_at_the_end_of_the_budget():
     assert all("grad_norm" not in r for r in vals)  # a validation report judges no grads
 
 
+def test_a_retried_trial_resumes_from_the_checkpoint_of_its_last_validation(tmp_path):
+    """What sweeps does when a worker dies: the last state ``report`` was handed is saved
+    with ``torch.save`` and its path comes back as ``config["sweep"]["checkpoint"]``."""
+    first = Reports()
+    fit(sweep_config(20), first, Probe(), Data())
+    assert [step for step, _ in first.checkpoints] == [8, 16, 20], "each validation's"
+    step, state = first.checkpoints[1]  # the worker died after step 16's validation
+    path = tmp_path / "state.pt"
+    torch.save(state, path)
+
+    config = sweep_config(20)
+    config["sweep"]["checkpoint"] = str(path)
+    again, model = Reports(), Probe()
+    fit(config, again, model, Data())
+    steps = [r["step"] for r in train_reports(again)]
+    assert steps == list(range(17, 21)), "continues after the checkpoint's step"
+    resumed = {k: v for k, v in state["state_dict"].items()}
+    fresh = Probe()  # the resumed weights came from the checkpoint, not a new init
+    assert not torch.equal(resumed["net.0.weight"], fresh.state_dict()["net.0.weight"])
+    assert [r["step"] for r in again if "val_loss" in r] == [20]
+
+    quiet = Reports()
+    fit(sweep_config(8), quiet, Probe(), Data(), checkpoint=False)
+    assert not quiet.checkpoints and any("val_loss" in r for r in quiet)
+
+
 def test_clip_zero_means_no_clipping_not_zero_gradients():
-    reports: list[dict] = []
+    reports = Reports()
     model = Probe(lr=0.2)
     before = [p.detach().clone() for p in model.parameters()]
-    trainer = fit(sweep_config(6, clip=0), reports.append, model, Data())
+    trainer = fit(sweep_config(6, clip=0), reports, model, Data())
 
     assert trainer.gradient_clip_val is None
     steps = train_reports(reports)
@@ -220,13 +259,13 @@ class CompiledProbe(Probe):
 
 
 def test_compile_s_is_the_first_step_of_a_compiled_model():
-    compiled: list[dict] = []
-    eager: list[dict] = []
+    compiled = Reports()
+    eager = Reports()
     try:
-        fit(sweep_config(3), compiled.append, CompiledProbe(), Data())
+        fit(sweep_config(3), compiled, CompiledProbe(), Data())
     finally:
         torch._dynamo.reset()
-    fit(sweep_config(3), eager.append, Probe(), Data())
+    fit(sweep_config(3), eager, Probe(), Data())
 
     steps = train_reports(compiled)
     assert steps[0]["compile_s"] == steps[0]["step_time"] > 0
@@ -319,8 +358,8 @@ def test_a_trial_in_a_slurm_job_is_one_local_process(monkeypatch):
     monkeypatch.delenv("SLURM_NTASKS_PER_NODE", raising=False)
     with pytest.raises(RuntimeError, match="ntasks"):
         pl.Trainer(max_steps=1, **QUIET)  # what a plain Trainer does in such a worker
-    reports: list[dict] = []
-    fit(sweep_config(2), reports.append, Probe, Data())
+    reports = Reports()
+    fit(sweep_config(2), reports, Probe, Data())
     assert [r["step"] for r in train_reports(reports)] == [1, 2]
 
 

@@ -39,7 +39,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 from sweeps.trial.monitor import Monitor, is_class_labels, spread
 from sweeps.trial.reporter import TrialStopped
 
-Report = Callable[[dict[str, Any]], None]
+Report = Callable[..., None]  # report(metrics, checkpoint=None)
 
 #: ``Trainer`` arguments of a sweep trial unless ``fit`` is given others: no checkpoint
 #: files, loggers, progress bars or model summaries per trial.
@@ -61,19 +61,24 @@ class SweepsCallback(pl.Callback):
     are added when ``training_step`` returns ``{"loss": ..., "pred": ..., "target": ...}``.
 
     After each validation (not the sanity check) it reports ``val_loss`` from
-    ``trainer.callback_metrics[val_key]`` at the current ``global_step``.
+    ``trainer.callback_metrics[val_key]`` at the current ``global_step``; with
+    ``checkpoint`` that report also hands sweeps the Trainer's full checkpoint (what
+    ``Trainer.save_checkpoint`` writes: weights, optimizer, schedulers, loop state), so a
+    trial whose worker died resumes from it (:func:`fit` passes it back as ``ckpt_path``).
 
     Args:
         report: the ``report`` the trainer function received.
         val_key: the logged metric reported as ``val_loss`` (``self.log(val_key, ...)``).
         metrics: more ``callback_metrics`` keys to report after each validation.
+        checkpoint: hand over a checkpoint with each validation's report.
     """
 
     def __init__(self, report: Report, *, val_key: str = "val_loss",
-                 metrics: Sequence[str] = ()) -> None:
+                 metrics: Sequence[str] = (), checkpoint: bool = False) -> None:
         self.report = report
         self.val_key = val_key
         self.metrics = tuple(metrics)
+        self.checkpoint = checkpoint
         #: ``global_step`` of the last validation reported (None: none yet).
         self.last_val_step: int | None = None
         self._monitor: Monitor | None = None
@@ -164,7 +169,10 @@ class SweepsCallback(pl.Callback):
         if self._step_time is not None:  # keep validation time out of the step time
             metrics["step_time"] = self._step_time
         self.last_val_step = trainer.global_step
-        self.report(metrics)
+        if self.checkpoint:
+            self.report(metrics, checkpoint=_checkpoint_of(trainer))
+        else:
+            self.report(metrics)
 
 
 def clip_value(value: Any) -> float | None:
@@ -228,7 +236,7 @@ def trainer_args(config: Mapping[str, Any], *, trainer_key: str = "trainer",
 
 def fit(config: Mapping[str, Any], report: Report, module: Any, data: Any = None, *,
         model_key: str = "model", data_key: str = "data", trainer_key: str = "trainer",
-        val_key: str = "val_loss", metrics: Sequence[str] = (),
+        val_key: str = "val_loss", metrics: Sequence[str] = (), checkpoint: bool = True,
         **trainer_kwargs: Any) -> pl.Trainer:
     """Train a LightningModule as one sweep trial; returns the ``Trainer``.
 
@@ -245,6 +253,11 @@ def fit(config: Mapping[str, Any], report: Report, module: Any, data: Any = None
             function ``config -> LightningModule``, or an instance.
         data: the same for a LightningDataModule (``config[data_key]``), or None when the
             module has its own dataloaders.
+        checkpoint: hand sweeps the Trainer's checkpoint with each validation's report
+            (as Ray Tune's own Lightning callback does), so a trial whose worker died is
+            retried from its last validation (``config["sweep"]["checkpoint"]``, given to
+            ``trainer.fit`` as ``ckpt_path``) instead of from step 0. ``False`` for a
+            model too large to save that often.
         trainer_kwargs: more ``Trainer`` arguments; they win over ``config[trainer_key]``
             and :data:`QUIET`, not over the sweep's budget and device.
 
@@ -257,13 +270,14 @@ def fit(config: Mapping[str, Any], report: Report, module: Any, data: Any = None
     pl.seed_everything(int(sweep.get("seed", 0)), workers=True, verbose=False)
     model = _build(module, config, model_key, pl.LightningModule)
     datamodule = None if data is None else _build(data, config, data_key, pl.LightningDataModule)
-    callback = SweepsCallback(report, val_key=val_key, metrics=metrics)
+    callback = SweepsCallback(report, val_key=val_key, metrics=metrics, checkpoint=checkpoint)
+    resume = sweep.get("checkpoint")  # the state a retried trial continues from
     kwargs = trainer_args(config, trainer_key=trainer_key, **trainer_kwargs)
     kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), callback]
     with _info_logs_off():
         trainer = pl.Trainer(**kwargs)
         try:
-            trainer.fit(model, datamodule=datamodule)
+            trainer.fit(model, datamodule=datamodule, ckpt_path=resume or None)
             if callback.last_val_step != trainer.global_step and _validates(model, datamodule):
                 trainer.validate(model, datamodule=datamodule, verbose=False)
         except (TrialStopped, SystemExit):  # a verdict, or Ray ending the trial (ASHA)
@@ -293,6 +307,12 @@ def linear_warmup(optimizer: torch.optim.Optimizer, warmup_steps: int) -> dict[s
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     return {"scheduler": scheduler, "interval": "step", "frequency": 1}
+
+
+def _checkpoint_of(trainer: pl.Trainer) -> dict[str, Any]:
+    """The checkpoint ``trainer.save_checkpoint`` would write, as a dict (sweeps saves it
+    with ``torch.save``, which is how Lightning writes and reads its own files)."""
+    return trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
 
 
 @contextmanager
