@@ -115,8 +115,9 @@ class RuleSettings(BaseModel):
         10.0,
         gt=1,
         description="divergence fails at once, with no history needed, when the loss "
-        "reaches this many times baseline_loss or the run's first loss. None turns the "
-        "explosion check off.",
+        "reaches this many times baseline_loss or the run's first loss (within the run's "
+        "first 6 losses: on two losses in a row, so a one-step jump the next loss takes "
+        "back trains on). None turns the explosion check off.",
     )
     divergence_patience: int = Field(
         20,
