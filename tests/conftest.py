@@ -101,3 +101,16 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+class Reports(list):
+    """A ``report``: the metrics it received, in order, and the checkpoints beside them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.checkpoints: list[tuple[int, dict]] = []  # (step, state)
+
+    def __call__(self, metrics: dict, checkpoint: dict | None = None) -> None:
+        self.append(metrics)
+        if checkpoint is not None:
+            self.checkpoints.append((metrics["step"], checkpoint))

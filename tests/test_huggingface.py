@@ -27,7 +27,7 @@ from sweeps.preflight.schedule_check import check_curve, lr_curve  # noqa: E402
 from sweeps.rules.settings import RuleSettings  # noqa: E402
 from sweeps.spec.loader import load_sweep  # noqa: E402
 from sweeps.trial.run import run_trainer  # noqa: E402
-from tests.conftest import read_results_csv, run_cli_in  # noqa: E402
+from tests.conftest import Reports, read_results_csv, run_cli_in  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "huggingface"
 CAP = RuleSettings().grad_norm_cap
@@ -82,7 +82,7 @@ def hf_logs(trainer, key: str) -> dict[int, float]:
 
 def test_reports_match_what_transformers_logs_and_the_norm_is_taken_before_clipping(tmp_path):
     train_set, val_set = example.make_datasets(DATA)
-    reports: list[dict] = []
+    reports = Reports()
     after = AfterClipping()
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path), max_steps=8, per_device_train_batch_size=8,
@@ -90,7 +90,7 @@ def test_reports_match_what_transformers_logs_and_the_norm_is_taken_before_clipp
         logging_steps=1, eval_strategy="steps", eval_steps=4, save_strategy="no",
         report_to="none", use_cpu=True, disable_tqdm=True, seed=0)
     trainer = transformers.Trainer(model_init=model_init, args=args, train_dataset=train_set,
-                                   eval_dataset=val_set, callbacks=[SweepsCallback(reports.append),
+                                   eval_dataset=val_set, callbacks=[SweepsCallback(reports),
                                                                     after])
     trainer.train()
 
@@ -116,19 +116,19 @@ def test_reports_match_what_transformers_logs_and_the_norm_is_taken_before_clipp
 
 def test_max_grad_norm_0_is_no_clipping_and_the_norm_is_still_reported(tmp_path):
     train_set, val_set = example.make_datasets(DATA)
-    reports: list[dict] = []
+    reports = Reports()
     after = AfterClipping()
     config = {**BASE, "data": DATA, "training_args": {
         **BASE["training_args"], "learning_rate": 3e-2, "max_grad_norm": 0, "warmup_steps": 0,
         "logging_steps": 1, "per_device_train_batch_size": 8},
         "sweep": {"trial_id": "t", "seed": 5, "max_steps": 10, "device": "cpu"}}
-    trainer = train_hf(config, reports.append, model_init=model_init, train_dataset=train_set,
+    trainer = train_hf(config, reports, model_init=model_init, train_dataset=train_set,
                        eval_dataset=val_set, callbacks=[after])
 
     args = trainer.args
     assert args.max_grad_norm == 0 and args.max_steps == 10
     assert args.seed == 5 and args.data_seed == 5 and args.use_cpu
-    assert args.save_strategy == "no" and args.report_to in ([], "none", ["none"])
+    assert args.save_strategy == "steps" and args.report_to in ([], "none", ["none"])
     assert not Path(args.output_dir).exists(), "the temporary output_dir is removed"
     assert [r["step"] for r in reports] == list(range(1, 11))
     norms = [r["grad_norm"] for r in reports]
@@ -141,6 +141,43 @@ def test_max_grad_norm_0_is_no_clipping_and_the_norm_is_still_reported(tmp_path)
     assert "val_loss" in reports[-1] and reports[-1]["step"] == 10, "evaluated at the end"
 
 
+def test_a_retried_trial_resumes_from_the_trainers_last_save(tmp_path):
+    """What sweeps does when a worker dies: the checkpoint ``report`` was handed is saved
+    with ``torch.save`` and its path comes back as ``config["sweep"]["checkpoint"]``."""
+    train_set, val_set = example.make_datasets(DATA)
+
+    def config(steps: int) -> dict:
+        return {**BASE, "data": DATA, "training_args": {
+            **BASE["training_args"], "eval_strategy": "steps", "eval_steps": 4,
+            "per_device_train_batch_size": 8},
+            "sweep": {"trial_id": "t", "seed": 1, "max_steps": steps, "device": "cpu"}}
+
+    first = Reports()
+    train_hf(config(12), first, model_init=model_init, train_dataset=train_set,
+             eval_dataset=val_set)
+    assert [r["step"] for r in first] == list(range(1, 13)), "every step reported once"
+    assert [step for step, _ in first.checkpoints] == [4, 8, 12], "each evaluation's save"
+    step, state = first.checkpoints[1]  # the worker died after step 8's save
+    assert state["folder"] == "checkpoint-8" and "trainer_state.json" in state["files"]
+    path = tmp_path / "state.pt"
+    torch.save(state, path)
+
+    retried = config(12)
+    retried["sweep"]["checkpoint"] = str(path)
+    again = Reports()
+    trainer = train_hf(retried, again, model_init=model_init, train_dataset=train_set,
+                       eval_dataset=val_set)
+    assert [r["step"] for r in again] == [9, 10, 11, 12], "continues after the save"
+    assert "val_loss" in again[-1] and trainer.state.global_step == 12
+    assert again[0]["loss"] == pytest.approx(first[8]["loss"], rel=1e-4), \
+        "the same step 9: weights, optimizer and data order came back"
+
+    quiet = Reports()
+    trainer = train_hf(config(4), quiet, model_init=model_init, train_dataset=train_set,
+                       eval_dataset=val_set, checkpoint=False)
+    assert not quiet.checkpoints and trainer.args.save_strategy == "no"
+
+
 @pytest.mark.slow
 def test_the_hooks_work_in_a_compiled_model():
     """torch_compile (the aot_eager backend: dynamo and AOTAutograd without inductor's
@@ -149,11 +186,11 @@ def test_the_hooks_work_in_a_compiled_model():
     no_dropout = {**BASE["model"], "dropout": 0.0}  # the same numbers with or without it
     runs = {}
     for mode in ("none", "default"):
-        reports: list[dict] = []
+        reports = Reports()
         config = {"training_args": {**BASE["training_args"], "torch_compile_backend":
                                     "aot_eager" if mode != "none" else None},
                   "sweep": {"seed": 0, "max_steps": 4, "device": "cpu"}}
-        trainer = train_hf(config, reports.append, compile_mode=mode,
+        trainer = train_hf(config, reports, compile_mode=mode,
                            model_init=lambda: example.build_model(no_dropout, DATA),
                            train_dataset=train_set, eval_dataset=val_set)
         assert trainer.args.torch_compile == (mode != "none")

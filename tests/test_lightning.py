@@ -36,7 +36,7 @@ from sweeps.rules.settings import RuleSettings
 from sweeps.spec.loader import load_sweep
 from sweeps.trial.reporter import TrialReporter, TrialStopped
 from sweeps.trial.run import run_trainer
-from tests.conftest import read_results_csv, run_cli_in
+from tests.conftest import Reports, read_results_csv, run_cli_in
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "lightning"
 QUIET = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
@@ -130,19 +130,6 @@ class Catch(pl.Callback):
 
     def teardown(self, trainer, pl_module, stage) -> None:
         self.teardowns.append(stage)
-
-
-class Reports(list):
-    """A ``report``: the metrics it received, in order, and the checkpoints beside them."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.checkpoints: list[tuple[int, dict]] = []  # (step, state)
-
-    def __call__(self, metrics: dict, checkpoint: dict | None = None) -> None:
-        self.append(metrics)
-        if checkpoint is not None:
-            self.checkpoints.append((metrics["step"], checkpoint))
 
 
 def sweep_config(max_steps: int, clip: float | None = None, **trainer: object) -> dict:

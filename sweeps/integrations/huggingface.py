@@ -27,6 +27,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -40,7 +41,7 @@ except ImportError as exc:  # pragma: no cover - the optional extra is missing
 from sweeps.trial.compile import compile_mode as sweeps_compile_mode
 from sweeps.trial.monitor import Monitor
 
-Report = Callable[[dict[str, Any]], None]
+Report = Callable[..., None]  # report(metrics, checkpoint=None)
 
 #: Evaluation metrics that describe the evaluation run, not the model: not reported.
 EVAL_TIMINGS = frozenset({"eval_runtime", "eval_samples_per_second", "eval_steps_per_second"})
@@ -59,8 +60,14 @@ class SweepsCallback(TrainerCallback):
     ``trainer.train()`` on that step: no further step, evaluation or save runs, and the
     sweeps runner records the verdict. Do not catch it.
 
+    With ``checkpoint``, a step the Trainer saves is reported once the save is written,
+    with the checkpoint folder (``checkpoint-<step>`` in ``output_dir``) as its
+    ``checkpoint``: every file's bytes by its path in the folder (:func:`unpack` writes
+    them back), so a trial whose worker died resumes from it.
+
     Args:
         report: the ``report`` callable a sweeps trainer receives.
+        checkpoint: hand over each checkpoint the Trainer saves.
 
     Example:
         >>> seen = []
@@ -68,8 +75,10 @@ class SweepsCallback(TrainerCallback):
         >>> # Trainer(model=..., args=..., train_dataset=..., callbacks=[callback]).train()
     """
 
-    def __init__(self, report: Report) -> None:
+    def __init__(self, report: Report, *, checkpoint: bool = False) -> None:
         self._report = report
+        self._checkpoint = checkpoint
+        self._held: dict[str, Any] | None = None  # a step's report waiting for its save
         self._monitor: Monitor | None = None
         self._optimizer: Any = None
         self._handles: list[Any] = []
@@ -148,6 +157,8 @@ class SweepsCallback(TrainerCallback):
             metrics["compile_s"] = step_time  # the first step includes compilation
         if control.should_evaluate:
             self._pending = metrics  # reported with val_loss once the evaluation ran
+        elif self._checkpoint and control.should_save:
+            self._held = metrics  # reported with the checkpoint once it is written
         else:
             self._send(metrics, control)
 
@@ -165,21 +176,36 @@ class SweepsCallback(TrainerCallback):
                 entry[key] = value
         if "val_loss" in entry:
             self.last_val_step = state.global_step
-        self._send(entry, control)
+        if self._checkpoint and control.should_save:
+            self._held = entry  # reported with the checkpoint once it is written
+        else:
+            self._send(entry, control)
+
+    def on_save(self, args, state, control, **kwargs):
+        held, self._held = self._held, None
+        if held is None:
+            return
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        self._send(held, control, pack(folder) if folder.is_dir() else None)
 
     def on_train_end(self, args, state, control, **kwargs):
         self._flush()
         self._detach()
 
     def _flush(self) -> None:
-        """Report a step whose evaluation never came."""
-        if self._pending is not None:
-            pending, self._pending = self._pending, None
-            self._send(pending, None)
+        """Report a step whose evaluation or save never came."""
+        for name in ("_pending", "_held"):
+            waiting = getattr(self, name)
+            if waiting is not None:
+                setattr(self, name, None)
+                self._send(waiting, None)
 
-    def _send(self, metrics: dict[str, Any], control: Any) -> None:
+    def _send(self, metrics: dict[str, Any], control: Any, checkpoint: Any = None) -> None:
         try:
-            self._report(metrics)
+            if checkpoint is None:
+                self._report(metrics)
+            else:
+                self._report(metrics, checkpoint=checkpoint)
         except BaseException:  # TrialStopped: leave train() on this step
             if control is not None:
                 control.should_training_stop = True
@@ -193,14 +219,16 @@ class SweepsCallback(TrainerCallback):
 
 
 def sweep_training_args(config: Mapping[str, Any], output_dir: str, *,
-                        section: str = "training_args", evaluate: bool = True) -> dict[str, Any]:
+                        section: str = "training_args", evaluate: bool = True,
+                        checkpoint: bool = False) -> dict[str, Any]:
     """``TrainingArguments`` keyword arguments: ``config[section]`` with a trial's settings.
 
     From the reserved ``sweep`` section: ``max_steps``, ``seed`` (also ``data_seed``) and
     the device (``use_cpu`` on ``cpu``). For a sweep: ``output_dir``, no reporting
-    integrations, no checkpoints, no progress bars (unless the section sets
-    ``disable_tqdm``) and, when ``evaluate`` and the section does not evaluate, an
-    evaluation at the last step. Everything else is the section as written.
+    integrations, no progress bars (unless the section sets ``disable_tqdm``) and, when
+    ``evaluate`` and the section does not evaluate, an evaluation at the last step; no
+    checkpoints, or with ``checkpoint`` one at each evaluation (the last one kept).
+    Everything else is the section as written.
 
     Example:
         >>> config = {"training_args": {"learning_rate": 1e-3, "max_grad_norm": 0},
@@ -226,7 +254,34 @@ def sweep_training_args(config: Mapping[str, Any], output_dir: str, *,
             args.update(eval_strategy="steps", eval_steps=int(steps))
         else:
             args["eval_strategy"] = "epoch"
+    strategy = str(args.get("eval_strategy", "no"))
+    if checkpoint and strategy != "no":
+        args.update(save_strategy=strategy, save_total_limit=1, save_only_model=False)
+        if strategy == "steps":
+            args["save_steps"] = args.get("eval_steps") or args.get("logging_steps") or 500
     return args
+
+
+def pack(folder: Path) -> dict[str, Any]:
+    """A checkpoint folder as ``report``'s ``checkpoint``: its name and every file's
+    bytes by its path in the folder."""
+    files = {str(p.relative_to(folder)): p.read_bytes()
+             for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {"folder": folder.name, "files": files}
+
+
+def unpack(path: str | Path, into: str | Path) -> Path:
+    """Write back the checkpoint folder :func:`pack` made (saved with ``torch.save`` at
+    ``path``, as sweeps hands it back) inside ``into``; returns the folder."""
+    state = torch.load(path, weights_only=False)  # this trial's own state file
+    folder = Path(into) / Path(str(state["folder"])).name
+    for name, data in state["files"].items():
+        target = (folder / name).resolve()
+        if not target.is_relative_to(folder.resolve()):
+            raise ValueError(f"checkpoint file {name!r} lies outside its folder")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    return folder
 
 
 def compile_args(mode: str | bool | None) -> dict[str, Any]:
@@ -266,7 +321,7 @@ def train_hf(config: Mapping[str, Any], report: Report, *, train_dataset: Any,
              eval_dataset: Any = None, model: Any = None,
              model_init: Callable[[], Any] | None = None, section: str = "training_args",
              compile_mode: str | bool | None = None, trainer_class: type | None = None,
-             **trainer_kwargs: Any) -> Any:
+             checkpoint: bool = True, **trainer_kwargs: Any) -> Any:
     """Run one sweeps trial as a ``transformers.Trainer`` training; returns the Trainer.
 
     ``TrainingArguments`` come from ``config[section]`` through
@@ -278,6 +333,9 @@ def train_hf(config: Mapping[str, Any], report: Report, *, train_dataset: Any,
     ``trainer_kwargs`` go to the Trainer (``data_collator``, ``processing_class``,
     ``compute_metrics``, ``callbacks``, ...); ``trainer_class`` is a Trainer subclass of
     yours. With an ``eval_dataset``, ``val_loss`` is reported at least at the last step.
+    ``checkpoint``: the Trainer saves at each evaluation and sweeps keeps the last save,
+    so a trial whose worker died resumes from it (``resume_from_checkpoint``) instead of
+    from step 0; ``False`` for a model too large to save that often.
 
     Example (a trainer for a sweep file's ``trainer: train:train``)::
 
@@ -287,11 +345,13 @@ def train_hf(config: Mapping[str, Any], report: Report, *, train_dataset: Any,
     """
     from transformers import PrinterCallback, Trainer, TrainingArguments
 
-    callback = SweepsCallback(report)
+    saving = checkpoint and eval_dataset is not None
+    callback = SweepsCallback(report, checkpoint=saving)
     callbacks = [*(trainer_kwargs.pop("callbacks", None) or []), callback]
+    restored = (config.get("sweep") or {}).get("checkpoint")  # a retried trial's last save
     with tempfile.TemporaryDirectory(prefix="sweeps-hf-") as output_dir:
         values = sweep_training_args(config, output_dir, section=section,
-                                     evaluate=eval_dataset is not None)
+                                     evaluate=eval_dataset is not None, checkpoint=saving)
         if compile_mode is not None:
             values.update(compile_args(compile_mode))
         args = TrainingArguments(**values)
@@ -299,7 +359,8 @@ def train_hf(config: Mapping[str, Any], report: Report, *, train_dataset: Any,
             model=model, model_init=model_init, args=args, train_dataset=train_dataset,
             eval_dataset=eval_dataset, callbacks=callbacks, **trainer_kwargs)
         trainer.remove_callback(PrinterCallback)  # logs stay in trainer.state.log_history
-        trainer.train()
+        resume = str(unpack(restored, Path(output_dir) / "restored")) if restored else None
+        trainer.train(resume_from_checkpoint=resume)
         if eval_dataset is not None and callback.last_val_step != trainer.state.global_step:
             trainer.evaluate()  # transformers versions that do not evaluate at the end
     return trainer
