@@ -71,12 +71,12 @@ def test_a_umask_002_folder_passes_unless_its_group_has_other_members(tmp_path,
         os.umask(old)
     pickled = folder / "ray" / "tuner.pkl"
     assert pickled.stat().st_mode & 0o020, "written group-writable, as umask 002 does"
-    folder_lock._group_is_mine_alone.cache_clear()
-    if not folder_lock._group_is_mine_alone(pickled.stat().st_gid):
+    folder_lock.group_is_mine_alone.cache_clear()
+    if not folder_lock.group_is_mine_alone(pickled.stat().st_gid):
         pytest.skip("this account's group has other members")
     check(folder)
     # the group gains a member (cannot be caused here without adding a user)
-    monkeypatch.setattr(folder_lock, "_group_is_mine_alone", lambda gid: False)
+    monkeypatch.setattr(folder_lock, "group_is_mine_alone", lambda gid: False)
     with pytest.raises(SpecError) as info:
         check(folder)
     assert "is not yours alone" in info.value.problem

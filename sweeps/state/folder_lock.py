@@ -105,7 +105,7 @@ def _user_name(uid: int) -> str:
 
 
 @functools.lru_cache(maxsize=64)
-def _group_is_mine_alone(gid: int) -> bool:
+def group_is_mine_alone(gid: int) -> bool:
     """Whether no other user is in group ``gid`` (a user-private group, as umask 002 uses)."""
     try:
         import grp
@@ -125,7 +125,7 @@ def writable_by_others(info: os.stat_result) -> bool:
     ``umask 002`` account writes with, is this user's own)."""
     mode = info.st_mode
     return bool(mode & stat.S_IWOTH) or bool(
-        mode & stat.S_IWGRP and not _group_is_mine_alone(info.st_gid))
+        mode & stat.S_IWGRP and not group_is_mine_alone(info.st_gid))
 
 
 def others_can_change(path: Path, *, root: bool = False) -> str | None:
@@ -140,7 +140,7 @@ def others_can_change(path: Path, *, root: bool = False) -> str | None:
         return None
     if mode & stat.S_IWOTH:
         return f"every user may write it (mode {mode:04o})"
-    if mode & stat.S_IWGRP and not _group_is_mine_alone(info.st_gid):
+    if mode & stat.S_IWGRP and not group_is_mine_alone(info.st_gid):
         return f"its group may write it (mode {mode:04o}, group id {info.st_gid})"
     return None
 
