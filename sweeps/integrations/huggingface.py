@@ -194,11 +194,10 @@ class SweepsCallback(TrainerCallback):
 
     def _flush(self) -> None:
         """Report a step whose evaluation or save never came."""
-        for name in ("_pending", "_held"):
-            waiting = getattr(self, name)
-            if waiting is not None:
-                setattr(self, name, None)
-                self._send(waiting, None)
+        waiting = [m for m in (self._pending, self._held) if m is not None]
+        self._pending = self._held = None
+        for metrics in waiting:
+            self._send(metrics, None)
 
     def _send(self, metrics: dict[str, Any], control: Any, checkpoint: Any = None) -> None:
         try:

@@ -138,11 +138,11 @@ def others_can_change(path: Path, *, root: bool = False) -> str | None:
         return f"it belongs to {_user_name(info.st_uid)} (mode {mode:04o})"
     if root and info.st_mode & stat.S_ISVTX:
         return None
+    if not writable_by_others(info):
+        return None
     if mode & stat.S_IWOTH:
         return f"every user may write it (mode {mode:04o})"
-    if mode & stat.S_IWGRP and not group_is_mine_alone(info.st_gid):
-        return f"its group may write it (mode {mode:04o}, group id {info.st_gid})"
-    return None
+    return f"its group may write it (mode {mode:04o}, group id {info.st_gid})"
 
 
 def check_private(folder: Path) -> None:
