@@ -13,7 +13,8 @@ candidate (a search trial) is re-run on ``confirm.seeds`` new seeds and once at
 - ``incomplete``: fewer re-runs were recorded than planned (e.g. 0 of 2);
 - ``poor``: holds on every seed, but it is off the front (tried because better
   configs proved fragile) and its fresh-seed mean is more than ``confirm.tolerance``
-  behind the best confirmed config's: stable, not good, so not handed over;
+  behind the best confirmed config's, or worse than the base config's own values on
+  the fresh seeds both ran: stable, not good, so not handed over;
 - ``confirmed``: every planned re-run recorded, stable, and within the tolerance;
 - ``unconfirmed``: no confirmation seeds were planned (``confirm.seeds: 0``).
 
@@ -101,6 +102,8 @@ class Confirmation:
     poor_against: float | None = None
     #: A failed LR probe makes the candidate fragile (else it needs more fresh seeds).
     require_margin: bool = False
+    #: (its mean, the base config's) on the fresh seeds both ran, when it is worse there.
+    behind_base: tuple[float, float] | None = None
 
     @property
     def margin(self) -> str:
@@ -208,6 +211,12 @@ class Confirmation:
                             f"confirmed config's {self.poor_against:.4g} (tolerance "
                             f"{self.tolerance:.0%}), and it is on no front that trades "
                             "quality for another objective")
+        if self.behind_base is not None:
+            mine, base = self.behind_base
+            return "poor", (f"holds on every seed, but on the fresh seeds it shares with the "
+                            f"base config its mean {self.quality.metric}, {mine:.4g}, is worse "
+                            f"than the base config's {base:.4g}, and it is on no front that "
+                            "trades quality for another objective")
         return None
 
     @property
@@ -471,25 +480,46 @@ def base_reference(sweep: Sweep, book: TrialBook) -> BaseReference | None:
 Runner = Callable[[list[dict[str, Any]], str], None]
 
 
-def mark_poor(judged: list[Confirmation]) -> int:
-    """How many hold, once those far behind the best are marked ``poor``.
+def mark_poor(judged: list[Confirmation], base: BaseReference | None = None,
+              base_id: str | None = None) -> int:
+    """How many hold, once those far behind the best, or behind the base config, are
+    marked ``poor``.
 
     A candidate off the front (a dominated or pruned search trial, tried because better
     ones proved fragile) that holds on every seed but whose fresh-seed mean is more than
-    ``confirm.tolerance`` behind the best holding candidate's is not handed over: it is
-    stable, not good. Front members trade quality for another objective and are kept.
+    ``confirm.tolerance`` behind the best holding candidate's, or worse than the base
+    config's (``base``, the search trial ``base_id``) on the fresh seeds both ran, is not
+    handed over: it is stable, not good, and the user already has better. Front members
+    trade quality for another objective and are kept.
     """
     for c in judged:
-        c.poor_against = None
+        c.poor_against, c.behind_base = None, None
     holding = [c for c in judged if c.holds and c.mean is not None]
     if not holding:
         return 0
     best = min(holding, key=Confirmation.rank_key).mean
     for c in holding:
-        if not c.on_front and objectives.quality_gap(c.mean, best, c.quality.mode,
-                                                      c.baseline) > c.tolerance:
+        if c.on_front or c.trial_id == base_id:
+            continue
+        if objectives.quality_gap(c.mean, best, c.quality.mode, c.baseline) > c.tolerance:
             c.poor_against = best
+        elif base is not None:
+            c.behind_base = _behind(c, base)
     return sum(c.holds for c in judged)
+
+
+def _behind(c: Confirmation, base: BaseReference) -> tuple[float, float] | None:
+    """(c's mean, the base config's) on the fresh seeds both ran stable, when c's is worse."""
+    search_seed = base.runs[0].seed if base.runs else None
+    theirs = {r.seed: r.quality for r in base.runs if r.status == OK and r.seed != search_seed
+              and r.quality is not None}
+    mine = {r.seed: r.quality for r in c.runs if r.status == OK and r.quality is not None}
+    shared = sorted(set(theirs) & set(mine))
+    if not shared:
+        return None
+    m, b = (statistics.fmean(d[s] for s in shared) for d in (mine, theirs))
+    worse = m > b if c.quality.mode == "min" else m < b
+    return (m, b) if worse else None
 
 
 def affordable(sweep: Sweep, book: TrialBook, queue: list[TrialRecord], need: int) -> int:
@@ -554,8 +584,10 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
     done = {c.trial_id for c in judged}
     queue = [r for r in queue if r.trial_id not in done]
     base_runs = plan_base(sweep, book)
+    base_id = base.trial_id if base is not None else None
+
     def found() -> int:  # configs the search found that hold (the base config is apart)
-        mark_poor(judged)
+        mark_poor(judged, base_reference(sweep, book), base_id)
         return sum(c.holds for c in judged if base is None or c.trial_id != base.trial_id)
 
     while queue and found() < conf.keep:
@@ -579,14 +611,13 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
             run_stage(plan(sweep, book, alive))
         judged += [verdict(r) for r in batch]
     run_stage(base_runs)
-    mark_poor(judged)
+    mark_poor(judged, base_reference(sweep, book), base_id)
     if not any(c.holds for c in judged) and judged:
         notes.append(_unsettled_note(sweep, book, judged))
     holding = sorted((c for c in judged if c.holds), key=Confirmation.rank_key)
     return Selection(holding + [c for c in judged if not c.holds],
                      base_reference(sweep, book),
-                     steps_by_kind(book, base.trial_id if base is not None else None), notes,
-                     base.trial_id if base is not None else None)
+                     steps_by_kind(book, base_id), notes, base_id)
 
 
 def steps_by_kind(book: TrialBook, base_id: str | None = None) -> dict[str, int]:

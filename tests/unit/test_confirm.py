@@ -10,7 +10,16 @@ import pytest
 
 from sweeps.protocol import LR_SCALE_KEY, ROLE_KEY, SEED_KEY
 from sweeps.record.book import TrialBook, TrialRecord
-from sweeps.results.confirm import affordable, fresh_seeds, judge, ladder, mark_poor, plan
+from sweeps.results.confirm import (
+    BaseReference,
+    SeedRun,
+    affordable,
+    fresh_seeds,
+    judge,
+    ladder,
+    mark_poor,
+    plan,
+)
 from sweeps.spec.loader import Sweep
 from tests.unit.conftest import book_of, load_linreg, rec
 
@@ -169,6 +178,31 @@ def test_holding_marks_far_off_front_candidates_poor(tmp_path: Path) -> None:
     assert near.holds and front_far.holds
     assert mark_poor([far]) == 1 and far.verdict == "confirmed"  # judged afresh each time
     assert mark_poor([]) == 0
+
+
+def test_an_off_front_candidate_behind_the_base_config_is_poor(tmp_path: Path) -> None:
+    """Within the tolerance of the best, but worse than the user's own values on the
+    fresh seeds both ran: stable/ must not offer it (a new user's reserve config did)."""
+    sweep = _sweep(tmp_path, lr_probe=0)
+    quality = sweep.objectives[0]
+    base = BaseReference({"lr": 0.01}, quality, [
+        SeedRun(0, "ok", None, 10, 0.30),  # the search seed: not compared (picked there)
+        SeedRun(1, "ok", None, 10, 0.26), SeedRun(2, "ok", None, 10, 0.28)])
+    good = _judged(sweep, rec("good", val_loss=0.25), _rerun("good", 1, 0.25),
+                   _rerun("good", 2, 0.26))
+    behind = _judged(sweep, rec("behind", val_loss=0.2), _rerun("behind", 1, 0.28),
+                     _rerun("behind", 2, 0.29), on_front=False)
+    ahead = _judged(sweep, rec("ahead", val_loss=0.31), _rerun("ahead", 1, 0.265),
+                    _rerun("ahead", 2, 0.27), on_front=False)
+    on_front = _judged(sweep, rec("front", val_loss=0.2), _rerun("front", 1, 0.3),
+                       _rerun("front", 2, 0.3), on_front=True)
+    assert mark_poor([good, behind, ahead, on_front], base) == 3
+    assert behind.verdict == "poor" and behind.behind_base == pytest.approx((0.285, 0.27))
+    assert "worse than the base config's 0.27" in behind.fragile_reason
+    assert ahead.holds and on_front.holds and good.holds
+    # the base config's own search trial is never behind itself
+    assert mark_poor([behind], base, base_id="behind") == 1 and behind.holds
+    assert mark_poor([behind]) == 1 and behind.holds  # no base config run: nothing to compare
 
 
 def _spent(sweep: Sweep, steps: int) -> TrialBook:
