@@ -358,6 +358,55 @@ def test_racing_spends_a_fragile_candidates_other_runs_on_the_next_candidates(li
     assert stages[0] == "confirm" and len(set(stages)) == len(stages)
 
 
+def test_configs_behind_the_base_config_are_not_handed_over_nor_chased(linreg_dir):
+    """The search's best config beats the base config's own values on the fresh seeds; the
+    next ones hold but trail them. Those are ``poor`` (stable/ keeps the best and the base
+    config), and they count towards ``confirm.keep``: the candidates after them (ranked
+    lower still) are not re-run to fill stable/. The runner stands in for Ray Tune."""
+    from sweeps.protocol import LR_SCALE_KEY, ROLE_KEY, SEED_KEY
+    from sweeps.record.book import TrialBook, TrialRecord
+    from sweeps.results.confirm import select
+    from sweeps.spec.loader import load_sweep
+
+    steps = 20
+    edit_linreg(linreg_dir, search_space={"lr": {"type": "loguniform", "low": 0.01,
+                                                 "high": 0.5}},
+                objectives=[{"metric": "val_loss", "mode": "min"}],
+                budget={"max_steps": steps, "trials": 8, "concurrent": 2},
+                confirm={"seeds": 2, "lr_probe": 0, "keep": 3, "max_candidates": 8})
+    sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir, import_trainer=False)
+    search_value = {0.3: 0.10, 0.1: 0.20, 0.2: 0.15, 0.25: 0.16, 0.05: 0.17, 0.04: 0.18}
+    fresh_value = {0.3: 0.10, 0.1: 0.20, 0.2: 0.21, 0.25: 0.22, 0.05: 0.23, 0.04: 0.24}
+    book = TrialBook(sweep)
+
+    def add(trial_id: str, lr: float, seed: int, role: str) -> None:
+        loss = (search_value if seed == sweep.spec.seed else fresh_value)[lr]
+        book.trials[trial_id] = TrialRecord(
+            trial_id=trial_id, values={"lr": lr}, seed=seed, role=role,
+            history=[{"step": s, "val_loss": loss} for s in range(1, steps + 1)],
+            status="ok", finished=True)
+
+    add("base", 0.1, 0, "search")  # the base config's own lr, the search's first trial
+    for i, lr in enumerate([0.3, 0.2, 0.25, 0.05, 0.04]):
+        add(f"s{i}", lr, 0, "search")
+
+    def run(configs: list[dict], name: str) -> None:
+        for k, cfg in enumerate(configs):
+            assert not cfg.get(LR_SCALE_KEY)
+            add(f"{name}-{k}", cfg["lr"], cfg[SEED_KEY], cfg[ROLE_KEY])
+
+    ordered = [book.trials[f"s{i}"] for i in range(5)]
+    chosen = select(sweep, book, ordered, ordered[:1], run)
+
+    assert [c.trial_id for c in chosen.handed_over] == ["s0", "base"]
+    poor = {c.trial_id: c for c in chosen.candidates if c.verdict == "poor"}
+    assert set(poor) == {"s1", "s2"}
+    assert "worse than the base config's 0.2" in poor["s1"].fragile_reason
+    rerun = {r.role for r in book.trials.values() if r.role != "search"}
+    assert rerun == {"confirm:s0", "confirm:s1", "confirm:s2", "confirm:base"}, \
+        "s3 and s4, behind s1 and s2 in the search, were not re-run"
+
+
 def test_the_quality_objective_has_its_own_random_guess_value(linreg_dir):
     """A quality metric on another scale than the training loss (a mean angle beside an
     NLL) gives its own baseline; the gaps confirmation measures use it."""

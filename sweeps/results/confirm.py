@@ -586,9 +586,13 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
     base_runs = plan_base(sweep, book)
     base_id = base.trial_id if base is not None else None
 
-    def found() -> int:  # configs the search found that hold (the base config is apart)
+    def found() -> int:
+        """Configs the search found that hold (the base config is apart), or that held
+        but trail the base config: the candidates come in order of their search value,
+        so those after one that trails what the user has are unlikely to beat it."""
         mark_poor(judged, base_reference(sweep, book), base_id)
-        return sum(c.holds for c in judged if base is None or c.trial_id != base.trial_id)
+        return sum(c.holds or c.behind_base is not None for c in judged
+                   if c.trial_id != base_id)
 
     while queue and found() < conf.keep:
         need = conf.keep - found()

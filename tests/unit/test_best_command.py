@@ -42,3 +42,25 @@ def test_best_withholds_a_config_worse_than_the_base(tmp_path: Path, capsys,
     assert "WORSE than your base config" in err and "--allow-worse" in err
     assert main(["best", str(folder), "--allow-worse"]) == 0
     assert capsys.readouterr().out.strip() == str(path)
+
+
+def test_the_run_summary_names_the_base_config_among_the_stable_ones(tmp_path: Path,
+                                                                     capsys) -> None:
+    """When the base config's own values held and nothing beat them, the summary says so,
+    and its line in the list of stable configs says which file is the user's own."""
+    from types import SimpleNamespace
+
+    from sweeps.commands.cli import print_selection
+
+    chosen = _selection(0.9)
+    chosen.base_id = "t"
+    outcome = SimpleNamespace(selection=chosen, sweep=load_linreg(tmp_path), front=[],
+                              stable_paths=[tmp_path / "rank-01-t.yaml"], warnings=[])
+    print_selection(outcome)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "rank-01-t.yaml (val_loss mean 0.9, worst seed 0.9, your base config)" in out
+    assert "your base config held and nothing beat it" in out
+    chosen.base_id = "other"
+    print_selection(outcome)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "your base config" not in out
