@@ -91,14 +91,15 @@ def test_time_left_ignores_start_up_and_counts_confirmation(linreg_dir):
     assert math.isnan(progress.eta(now=40.0)[1])
     _feed(progress, book, _trial("b", 0.05, 20, 0.4))
     # 40 steps in 10 s of training: 0.25 s a step; 8 more trials of ~20 steps, and
-    # confirmation's 3 x (1 seed + 1 probe) + 2 base runs of 60 steps
-    assert book.sweep.confirm_steps == 8 * 60
+    # confirmation's 3 x (1 seed + 1 probe) + the base config's run on the fresh seed,
+    # 60 steps each
+    assert book.sweep.confirm_steps == 7 * 60
     elapsed, left = progress.eta(now=40.0)
-    assert elapsed == 40.0 and left == 0.25 * (8 * 20 + 8 * 60)
+    assert elapsed == 40.0 and left == 0.25 * (8 * 20 + 7 * 60)
     # fragile candidates cost one more round: 3 candidates x (1 seed + 1 probe) x 60 steps
     assert progress.fragile_extra(now=40.0) == 0.25 * 3 * 2 * 60
     assert progress.time_text(now=40.0).endswith(
-        "~160s left with confirmation (+~90s if candidates prove fragile)")
+        "~145s left with confirmation (+~90s if candidates prove fragile)")
 
 
 def test_trials_still_running_count_as_at_least_as_long_as_they_ran(linreg_dir):

@@ -250,6 +250,39 @@ def test_with_a_step_budget_the_race_settles_the_best_config_inside_it(linreg_di
 
 
 @pytest.mark.slow
+def test_a_base_config_off_the_search_space_runs_on_the_fresh_seeds_within_the_budget(
+        linreg_dir, ray_session):
+    """The base config's lr lies below the search space, so it cannot be a search trial: it
+    runs after the search on the fresh seeds only (the comparison is there), and the search
+    leaves the steps those runs take, so the sweep ends inside its budget."""
+    import yaml as _yaml
+
+    edit_linreg(linreg_dir, name="base-off-space",
+                search_space={"lr": {"type": "loguniform", "low": 0.01, "high": 0.5}},
+                objectives=[{"metric": "val_loss", "mode": "min"}],
+                budget={"max_steps": 20, "total_steps": 300, "concurrent": 2,
+                        "scheduler": "none"},
+                confirm={"seeds": 2, "lr_probe": 2.0, "keep": 1},
+                train={"lr": 0.002})
+    data = _yaml.safe_load((linreg_dir / "linreg.yaml").read_text())
+    del data["budget"]["trials"]
+    (linreg_dir / "linreg.yaml").write_text(_yaml.safe_dump(data))
+    assert run_cli_in(linreg_dir, "run", "linreg.yaml", "--quiet") == 0
+    out = linreg_dir / "results" / "base-off-space"
+    trials = read_results_csv(out / "trials.csv")
+    base = trials[trials["role"] == "base"]
+    assert sorted(base["seed"]) == [1, 2] and (base["lr"] == 0.002).all()
+    assert (trials[trials["role"] == "search"]["lr"] >= 0.01).all()
+    assert trials["steps"].sum() <= 300 + 2 * 20, "the base config's runs were budgeted"
+    from sweeps.results.summary import summary
+
+    info = summary(out)["base"]
+    assert set(info["by_seed"]) == {1, 2} and info["mean"] is not None
+    held = read_results_csv(out / "pareto.csv").query("rank == 1").iloc[0]
+    assert held["selection"] == "confirmed" and held["val_loss_mean"] < info["mean"]
+
+
+@pytest.mark.slow
 def test_configs_the_scheduler_pruned_are_confirmed_when_the_survivors_are_fragile(
         tmp_path_factory, ray_session, capsys):
     """ASHA keeps what is best on the (lucky) search seed: here every survivor is fragile
@@ -315,7 +348,7 @@ def test_racing_spends_a_fragile_candidates_other_runs_on_the_next_candidates(li
                 budget={"max_steps": steps, "total_steps": 320, "concurrent": 2},
                 confirm={"seeds": 2, "lr_probe": 2.0, "keep": 1, "max_candidates": 8})
     sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir, import_trainer=False)
-    assert sweep.confirm_steps == 120
+    assert sweep.confirm_steps == 100  # 1 x (2 seeds + probe) + the base on 2 seeds
 
     def val_loss(lr: float, seed: int) -> float:  # the fragile region is lucky on seed 0
         if lr > EDGE:

@@ -155,6 +155,14 @@ class Confirmation:
         values = self._values(fresh_only=True)
         return statistics.fmean(values) if values else None
 
+    @property
+    def estimate(self) -> float | None:
+        """Mean quality over every seed it ran stable, the search seed included: what the
+        race ranks contenders by while their fresh seeds come in."""
+        values = [r.quality for r in [self.search, *self.runs]
+                  if r.status == OK and r.quality is not None]
+        return statistics.fmean(values) if values else None
+
     def _extreme(self, worst: bool) -> float | None:
         values = self._values(fresh_only=False)
         if not values:
@@ -267,13 +275,21 @@ class BaseReference:
     values: dict[str, Any]
     quality: Objective
     runs: list[SeedRun] = field(default_factory=list)
+    #: The search seed (the base config's search trial ran there, when it was one).
+    search_seed: int | None = None
+
+    @property
+    def fresh(self) -> dict[int, float]:
+        """Quality on each fresh seed where it ran stable."""
+        return {r.seed: r.quality for r in self.runs if r.status == OK
+                and r.quality is not None and r.seed != self.search_seed}
 
     @property
     def mean(self) -> float | None:
         """Mean over the fresh seeds where they ran stable (else every stable seed)."""
-        ok = [r for r in self.runs if r.status == OK and r.quality is not None]
-        fresh = [r.quality for r in ok[1:]] or [r.quality for r in ok]
-        return statistics.fmean(fresh) if fresh else None
+        ok = [r.quality for r in self.runs if r.status == OK and r.quality is not None]
+        values = list(self.fresh.values()) or ok
+        return statistics.fmean(values) if values else None
 
     @property
     def failures(self) -> list[str]:
@@ -425,9 +441,10 @@ def base_trial(sweep: Sweep, book: TrialBook) -> TrialRecord | None:
 
 
 def plan_base(sweep: Sweep, book: TrialBook) -> list[dict[str, Any]]:
-    """The base config's own knob values on the search seed and every fresh seed, when
-    they could not be a search trial (a value off the search space); none without fresh
-    seeds (``confirm.seeds: 0`` re-runs nothing but the LR probes)."""
+    """The base config's own knob values on every fresh seed, when they could not be a
+    search trial (a value off the search space); none without fresh seeds
+    (``confirm.seeds: 0`` re-runs nothing but the LR probes). Not on the search seed: the
+    comparison with what the search hands over is on the fresh seeds."""
     from sweeps.trial.tryout import try_values
 
     if not sweep.spec.confirm.base or not sweep.spec.confirm.seeds or \
@@ -436,7 +453,7 @@ def plan_base(sweep: Sweep, book: TrialBook) -> list[dict[str, Any]]:
     done = {r.seed for r in book.trials.values() if r.role == BASE_ROLE}
     values = try_values(sweep, {})
     return [{**values, SEED_KEY: seed, ROLE_KEY: BASE_ROLE, LR_SCALE_KEY: None}
-            for seed in [sweep.spec.seed, *fresh_seeds(sweep)] if seed not in done]
+            for seed in fresh_seeds(sweep) if seed not in done]
 
 
 def judge(sweep: Sweep, book: TrialBook, rec: TrialRecord, on_front: bool) -> Confirmation:
@@ -460,8 +477,8 @@ def judge(sweep: Sweep, book: TrialBook, rec: TrialRecord, on_front: bool) -> Co
 
 
 def base_reference(sweep: Sweep, book: TrialBook) -> BaseReference | None:
-    """The base config on the search seed and the fresh seeds: its search trial and that
-    trial's fresh-seed runs, or its own runs when it was off the search space."""
+    """The base config on the seeds it ran: its search trial and that trial's fresh-seed
+    runs, or its own fresh-seed runs when it was off the search space."""
     trial = base_trial(sweep, book)
     if trial is not None and trial.finished:
         runs = [trial] + [r for r in book.trials.values() if r.finished
@@ -472,7 +489,7 @@ def base_reference(sweep: Sweep, book: TrialBook) -> BaseReference | None:
         return None
     quality = sweep.objectives[0]
     ref = BaseReference(dict(runs[0].values), quality,
-                        [SeedRun.of(r, quality.metric) for r in runs])
+                        [SeedRun.of(r, quality.metric) for r in runs], sweep.spec.seed)
     ref.runs.sort(key=lambda r: (r.seed != sweep.spec.seed, r.seed))
     return ref
 
@@ -499,20 +516,18 @@ def mark_poor(judged: list[Confirmation], base: BaseReference | None = None,
         return 0
     best = min(holding, key=Confirmation.rank_key).mean
     for c in holding:
-        if c.on_front or c.trial_id == base_id:
+        if c.on_front:
             continue
         if objectives.quality_gap(c.mean, best, c.quality.mode, c.baseline) > c.tolerance:
             c.poor_against = best
-        elif base is not None:
+        elif base is not None and c.trial_id != base_id:
             c.behind_base = _behind(c, base)
     return sum(c.holds for c in judged)
 
 
 def _behind(c: Confirmation, base: BaseReference) -> tuple[float, float] | None:
     """(c's mean, the base config's) on the fresh seeds both ran stable, when c's is worse."""
-    search_seed = base.runs[0].seed if base.runs else None
-    theirs = {r.seed: r.quality for r in base.runs if r.status == OK and r.seed != search_seed
-              and r.quality is not None}
+    theirs = base.fresh
     mine = {r.seed: r.quality for r in c.runs if r.status == OK and r.quality is not None}
     shared = sorted(set(theirs) & set(mine))
     if not shared:
@@ -564,7 +579,15 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
     base = base_trial(sweep, book)
     if base is not None and base.finished and not base.flagged and base not in ordered:
         ordered = [base, *ordered]
-    started = [r for r in ordered if raced(book, r)]
+    sign = 1.0 if sweep.objectives[0].mode == "min" else -1.0
+
+    def estimate(rec: TrialRecord) -> float:
+        value = judge(sweep, book, rec, True).estimate
+        return math.inf if value is None else sign * value
+
+    # the raced ones by what their seeds showed (the race's leader first), so the one
+    # settled past the budget, when nothing holds yet, is the best by the evidence
+    started = sorted((r for r in ordered if raced(book, r)), key=estimate)
     fresh = [r for r in ordered if not raced(book, r)]
     queue = started + fresh[:max(0, conf.max_candidates - len(started))]
     notes: list[str] = []

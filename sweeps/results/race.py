@@ -34,18 +34,20 @@ driver picks it up where the journal left it.
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from sweeps.protocol import OK, PRUNED, ROLE_KEY, SEARCH, SEED_KEY
 from sweeps.record.book import TrialBook, TrialRecord
 from sweeps.results.confirm import (
     Confirmation,
+    base_point,
     base_trial,
     judge,
     ladder,
     ladder_cost,
+    plan_base,
     raced,
+    run_cost,
 )
 from sweeps.spec.loader import Sweep
 
@@ -59,13 +61,6 @@ def owner_of(role: str) -> str | None:
     """
     kind, _, owner = role.partition(":")
     return owner if kind in ("confirm", "probe") and owner else None
-
-
-def seed_mean(conf: Confirmation) -> float | None:
-    """Mean quality over every seed a candidate ran stable, the search seed included."""
-    runs = [conf.search, *conf.runs]
-    values = [r.quality for r in runs if r.status == OK and r.quality is not None]
-    return statistics.fmean(values) if values else None
 
 
 class Race:
@@ -109,7 +104,7 @@ class Race:
             if rec.role != SEARCH or not rec.finished or rec.status != OK or rec is base:
                 continue
             judged = self.judge(rec)
-            mean = seed_mean(judged)
+            mean = judged.estimate
             if judged.verdict == "fragile" or mean is None:
                 continue
             ranked.append((sign * mean, rec))
@@ -166,7 +161,7 @@ class Race:
         sign = 1.0 if self.sweep.objectives[0].mode == "min" else -1.0
 
         def estimate(rec: TrialRecord) -> float:
-            mean = seed_mean(self.judge(rec))
+            mean = self.judge(rec).estimate
             return sign * mean if mean is not None else float("inf")
 
         return sorted(self.contenders(), key=estimate)
@@ -200,11 +195,16 @@ class Race:
 
     def reserve(self) -> int:
         """Steps the search leaves for settling the leader (the contender with the best
-        mean over its seeds): its missing re-runs (:func:`ladder_cost`), 0 once settled."""
+        mean over its seeds): its missing re-runs (:func:`ladder_cost`), 0 once settled;
+        and, when the base config's own values lie off the search space, its runs on the
+        same seeds after the search (:func:`plan_base`)."""
+        steps = 0
+        if base_point(self.sweep) is None:
+            steps += sum(run_cost(self.sweep, r) for r in plan_base(self.sweep, self.book))
         leader = self.leader()
-        if leader is None:
-            return 0
-        return ladder_cost(self.sweep, self.book, leader)
+        if leader is not None:
+            steps += ladder_cost(self.sweep, self.book, leader)
+        return steps
 
     def tell_value(self, rec: TrialRecord) -> float | None:
         """What the sampler is told of a raced config's quality: its mean over every seed
@@ -212,7 +212,7 @@ class Race:
         judged = self.judge(rec)
         if not judged.runs and judged.probe is None:
             return None
-        return seed_mean(judged)
+        return judged.estimate
 
 
 def _is_screen(sweep: Sweep, run: dict[str, Any]) -> bool:

@@ -285,7 +285,7 @@ class Sweep:
         """Training steps a step budget keeps back for confirmation: ``confirm.keep``
         candidates on every fresh seed and the LR probe, and the base config's runs."""
         conf = self.spec.confirm
-        base = (conf.seeds + 1) if conf.base and conf.seeds else 0
+        base = conf.seeds if conf.base else 0
         return self.confirm_round_steps + base * self.spec.budget.max_steps
 
     @property
@@ -584,7 +584,8 @@ def _check_write_back(write_back: dict[str, str], space: dict[str, _Knob],
     for knob in space:
         if knob not in write_back:
             raise SpecError(f"write_back.{knob}", "missing: every knob needs a path in the "
-                            "base config", f"add '{knob}: section.{knob}' under write_back")
+                            "base config", f"add '{knob}: section.{knob}' under write_back, or "
+                            f"drop the knob: '{knob}: null' under search_space")
     targets: dict[str, str] = {}
     for knob, path in write_back.items():
         key = f"write_back.{knob}"

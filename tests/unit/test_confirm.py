@@ -187,7 +187,8 @@ def test_an_off_front_candidate_behind_the_base_config_is_poor(tmp_path: Path) -
     quality = sweep.objectives[0]
     base = BaseReference({"lr": 0.01}, quality, [
         SeedRun(0, "ok", None, 10, 0.30),  # the search seed: not compared (picked there)
-        SeedRun(1, "ok", None, 10, 0.26), SeedRun(2, "ok", None, 10, 0.28)])
+        SeedRun(1, "ok", None, 10, 0.26), SeedRun(2, "ok", None, 10, 0.28)], search_seed=0)
+    assert base.fresh == {1: 0.26, 2: 0.28} and base.mean == pytest.approx(0.27)
     good = _judged(sweep, rec("good", val_loss=0.25), _rerun("good", 1, 0.25),
                    _rerun("good", 2, 0.26))
     behind = _judged(sweep, rec("behind", val_loss=0.2), _rerun("behind", 1, 0.28),
