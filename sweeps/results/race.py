@@ -24,7 +24,8 @@ search runs, from the same workers and the same ``budget.total_steps``:
   of the budget to the search. The rest of the ladder waits for the search to stop, when
   the race gets every worker and the leader (the best mean over its seeds) is known:
   evidence is not spent on leaders the search overtakes. A new search trial starts only
-  while the steps left cover settling the current leader (its missing re-runs), so a
+  while the steps left cover settling the current leader (its missing re-runs, and the
+  base config's fresh seeds when its values lie off the search space), so a
   run ends with its best config settled; :func:`sweeps.results.confirm.select` settles
   what is left within the budget.
 
