@@ -539,11 +539,13 @@ def _behind(c: Confirmation, base: BaseReference) -> tuple[float, float] | None:
 
 def affordable(sweep: Sweep, book: TrialBook, queue: list[TrialRecord], need: int) -> int:
     """How many of the next candidates a round may take: as many as the rest of
-    ``budget.total_steps`` can re-run in full (``need`` without a step budget)."""
+    ``budget.total_steps`` can re-run in full (``need`` without a step budget), after the
+    base config's own runs still to come (:func:`plan_base`)."""
     budget = sweep.spec.budget
     if budget.total_steps is None:
         return need
-    left = budget.total_steps - book.steps_spent(role=None)
+    left = budget.total_steps - book.steps_spent(role=None) - \
+        sum(run_cost(sweep, run) for run in plan_base(sweep, book))
     n = 0
     for rec in queue[:need]:
         cost = sum(run_cost(sweep, run) for run in plan(sweep, book, [rec]))
@@ -623,7 +625,7 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
         if take == 0 and not found():
             take = 1  # nothing the search found holds yet: settle the best remaining one
         if take == 0:
-            spent = book.steps_spent(role=None)
+            spent = book.steps_spent(role=None) + sum(run_cost(sweep, r) for r in base_runs)
             notes.append(f"confirmation stopped after {len(judged)} candidate(s): another "
                          f"round would pass budget.total_steps ({spent} of "
                          f"{sweep.spec.budget.total_steps} spent); raise total_steps to "

@@ -194,14 +194,20 @@ class Race:
                 return missing[0]
         return None
 
+    def base_steps(self) -> int:
+        """Steps the base config's runs on the fresh seeds will take after the search, when
+        its values lie off the search space (:func:`plan_base`); 0 when it is a search
+        trial or they ran."""
+        if base_point(self.sweep) is not None:
+            return 0
+        return sum(run_cost(self.sweep, r) for r in plan_base(self.sweep, self.book))
+
     def reserve(self) -> int:
         """Steps the search leaves for settling the leader (the contender with the best
         mean over its seeds): its missing re-runs (:func:`ladder_cost`), 0 once settled;
         and, when the base config's own values lie off the search space, its runs on the
         same seeds after the search (:func:`plan_base`)."""
-        steps = 0
-        if base_point(self.sweep) is None:
-            steps += sum(run_cost(self.sweep, r) for r in plan_base(self.sweep, self.book))
+        steps = self.base_steps()
         leader = self.leader()
         if leader is not None:
             steps += ladder_cost(self.sweep, self.book, leader)

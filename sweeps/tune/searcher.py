@@ -173,7 +173,9 @@ class StabilityAwareSearch(OptunaSearch):
         spent = self.book.steps_spent(role=None)
         search_open = self._search_open(spent)
         busy = {owner for t, owner in self._race_runs.items() if t in in_flight}
-        fits = budget.total_steps is None or spent < budget.total_steps
+        # the race's re-runs leave what the base config's runs after the search will take
+        fits = budget.total_steps is None or \
+            spent + self.race.base_steps() < budget.total_steps
         if fits and not getattr(self, "inert", None) and \
                 len(busy) < (1 if search_open else budget.concurrent):
             run = self.race.next_run(busy, searching=search_open)
