@@ -136,10 +136,30 @@ def test_bad_warm_start_folders_exit_2(sweeps, capsys):
         err = capsys.readouterr().err
         assert "--warm-start" in err and expected in err, err
     assert (second / "trials.csv").exists(), "the refused run moved its own folder aside"
-    edit_linreg(folder, objectives=[{"metric": "val_loss", "mode": "min"}])
+    edit_linreg(folder, objectives=[{"metric": "instability", "mode": "min"},
+                                    {"metric": "val_loss", "mode": "min"}])
     assert run_cli_in(folder, "run", "linreg.yaml", "--warm-start", str(first)) == 2
     err = capsys.readouterr().err
     assert "--warm-start" in err and "instability (min)" in err, err
+    assert _digest(first) == before
+
+
+def test_a_sweep_searching_quality_alone_starts_from_one_that_searched_every_objective(
+        sweeps):
+    """The first sweep searched val_loss and instability; one with ``search_on: quality``
+    takes their val_loss values (the same measure) and starts from its best."""
+    folder, first, _, before = sweeps
+    edit_linreg(folder, name="linreg-quality", objectives=[
+        {"metric": "val_loss", "mode": "min"}, {"metric": "instability", "mode": "min"}],
+        budget={"trials": 2, "search_on": "quality"})
+    assert run_cli_in(folder, "run", "linreg.yaml", "--quiet", "--no-preflight",
+                      "--warm-start", str(first)) == 0
+    out = folder / "results" / "linreg-quality"
+    study = optuna.load_study(study_name="linreg-quality", storage=_journal(
+        out / "optuna.journal"))
+    warm = [t for t in study.trials if SOURCE_ATTR in t.user_attrs]
+    assert len(study.directions) == 1 and warm
+    assert all(t.values is None or len(t.values) == 1 for t in warm)
     assert _digest(first) == before
 
 

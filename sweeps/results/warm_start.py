@@ -133,12 +133,12 @@ def load(folder: Path, sweep: Sweep) -> WarmStart:
     old = _earlier_sweep(folder)
     theirs = [(o.metric, o.mode) for o in searched(old)]
     ours = [(o.metric, o.mode) for o in searched(sweep)]
-    if theirs != ours:
+    if theirs[:len(ours)] != ours:  # a sweep searching quality alone takes its first values
         show = lambda objs: ", ".join(f"{m} ({d})" for m, d in objs)  # noqa: E731
         raise SpecError(FLAG, f"{folder} searched {show(theirs)}; this sweep searches "
                         f"{show(ours)}", "warm-start only from a sweep with the same "
-                        "objectives (metrics and directions, in the same order, and the same "
-                        "budget.search_on)")
+                        "objectives (metrics and directions, in the same order; one that "
+                        "searched every objective also seeds budget.search_on: quality)")
     trials = _earlier_trials(folder, old.name)
     space = optuna_space(sweep.space)
     fixed = fixed_values(old.space)
@@ -157,7 +157,7 @@ def load(folder: Path, sweep: Sweep) -> WarmStart:
                  TRIAL_ATTR: trial.user_attrs.get(TRIAL_ATTR, trial.number)}
         warm.trials.append(optuna.trial.create_trial(
             params={k: ({**fixed, **trial.params})[k] for k in space},
-            distributions=space, values=trial.values, user_attrs=attrs,
+            distributions=space, values=trial.values[:len(ours)], user_attrs=attrs,
             constraints=trial.constraints or None))
     return warm
 
