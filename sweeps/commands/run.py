@@ -267,7 +267,8 @@ def write_outputs(sweep: Sweep, book: TrialBook, front: list[TrialRecord],
                 f"server is back: sweeps resume {out} --tracking-uri URI (runs nothing again, "
                 "rewrites the outputs and logs them)"]
     write_text(out / TRACKING_NOTE, "\n".join(note) + "\n")
-    warnings = [w for w in [chosen.base_warning()] if w]
+    warnings = [w for w in [chosen.base_warning(),
+                            chosen.baseline_warning(sweep.quality_baseline)] if w]
     warnings += fallback_lines(book)
     return SweepOutcome(sweep, book, front, chosen, paths, trials, pareto, report, warnings,
                         tracking=tracked, tracking_error=error)

@@ -337,6 +337,23 @@ class Selection:
                 f"{self.base.mean:.4g}; keep your base config or widen the search")
 
 
+    def baseline_warning(self, baseline: float | None) -> str | None:
+        """A line when the base config's fresh-seed mean is worse than the quality
+        objective's random-guess value ``baseline``: either it learns nothing in
+        ``max_steps`` or ``baseline`` is not the random-guess value, and every quality gap
+        (``confirm.tolerance``, ``poor``, ``sweeps audit``) is measured against it."""
+        if baseline is None or self.base is None or self.base.mean is None:
+            return None
+        q, mean = self.base.quality, self.base.mean
+        if (mean <= baseline) if q.mode == "min" else (mean >= baseline):
+            return None
+        return (f"the base config's mean {q.metric} on fresh seeds, {mean:.4g}, is worse than "
+                f"the random-guess value {baseline:.4g} (objectives[0].baseline, else "
+                "rules.baseline_loss): unless it learns nothing in budget.max_steps, that "
+                "value is not what a random guess scores; set it right, as every quality gap "
+                "(confirm.tolerance, poor, sweeps audit) is measured against it")
+
+
 def fresh_seeds(sweep: Sweep, count: int | None = None) -> list[int]:
     """The confirmation seeds: the ones after the search seed (``confirm.seeds`` of them,
     or ``count``)."""

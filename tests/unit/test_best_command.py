@@ -64,3 +64,18 @@ def test_the_run_summary_names_the_base_config_among_the_stable_ones(tmp_path: P
     print_selection(outcome)
     out = " ".join(capsys.readouterr().out.split())
     assert "your base config" not in out
+
+
+@pytest.mark.parametrize(("mode", "base_mean", "warned"), [
+    ("min", 0.9, False), ("min", 1.2, True), ("max", 0.3, False), ("max", 0.2, True)])
+def test_a_base_config_worse_than_the_random_guess_value_is_called_out(
+        mode: str, base_mean: float, warned: bool) -> None:
+    """The base config scoring worse than ``baseline`` on its fresh seeds means the value
+    is not what a random guess scores (or nothing learns): the run says so."""
+    quality = Objective(metric="m", mode=mode)
+    base = BaseReference({}, quality, [SeedRun(1, "ok", None, None, base_mean)], 0)
+    line = Selection([], base).baseline_warning(1.0 if mode == "min" else 0.25)
+    assert (line is not None) == warned
+    if warned:
+        assert "is worse than the random-guess value" in line and "rules.baseline_loss" in line
+    assert Selection([], base).baseline_warning(None) is None
