@@ -336,7 +336,6 @@ class Selection:
                 f"seeds: mean {q.metric} {top.mean:.4g} against the base config's "
                 f"{self.base.mean:.4g}; keep your base config or widen the search")
 
-
     def baseline_warning(self, baseline: float | None) -> str | None:
         """A line when the base config's fresh-seed mean is worse than the quality
         objective's random-guess value ``baseline``: either it learns nothing in

@@ -206,7 +206,7 @@ class Race:
         """Steps the search leaves for settling the leader (the contender with the best
         mean over its seeds): its missing re-runs (:func:`ladder_cost`), 0 once settled;
         and, when the base config's own values lie off the search space, its runs on the
-        same seeds after the search (:func:`plan_base`)."""
+        fresh seeds after the search (:meth:`base_steps`)."""
         steps = self.base_steps()
         leader = self.leader()
         if leader is not None:
