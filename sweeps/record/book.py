@@ -78,6 +78,8 @@ class TrialRecord:
     #: compile evidence (sweeps.trial.compile.compile_evidence)
     compile: dict[str, Any] | None = None
     gpu_peak_mb: float | None = None  # peak GPU memory (MiB); None without CUDA
+    #: Retried and not reported since: its next report rewinds the history to that step.
+    resuming: bool = field(default=False, repr=False, compare=False)
 
     def set_failure(self, status: str, verdict: Verdict) -> None:
         self.status, self.reason = status, verdict.reason
@@ -243,7 +245,7 @@ class TrialBook:
         if result.get(WARNING_KEY) and not result.get(FINAL_KEY):
             rec.warnings.append(str(result[WARNING_KEY]))
         if not result.get(FINAL_KEY):
-            _append(rec.history, metrics)
+            _append(rec, metrics)
             self.journal.write(trial_id, "metrics", metrics)
         if status in FAILED:
             evidence = result.get(EVIDENCE_KEY) or "{}"
@@ -283,6 +285,7 @@ class TrialBook:
         rec = self.trials.get(trial_id)
         if rec is not None:
             rec.retries += 1
+            rec.resuming = True
             self.journal.write(trial_id, "retry", {"retries": rec.retries})
 
     def mark_hung(self, trial_id: str, config: Mapping[str, Any] | None, silent_s: float,
@@ -374,9 +377,10 @@ def _load_event(trial_id: str, rec: TrialRecord | None, kind: str,
                           role=str(payload.get("role", SEARCH)),
                           lr_scale=float(payload.get("lr_scale", 1.0)))
     elif rec is not None and kind == "metrics":
-        _append(rec.history, payload)
+        _append(rec, payload)
     elif rec is not None and kind == "retry":
         rec.retries = int(payload.get("retries", rec.retries + 1))
+        rec.resuming = True
     elif rec is not None and kind == "outcome":
         rec.status, rec.reason = str(payload["status"]), payload.get("reason")
         rec.stop_step = payload.get("stop_step")
@@ -436,12 +440,18 @@ def last_step(history: list[dict[str, Any]]) -> int:
     return int(step) if isinstance(step, (int, float)) else 0
 
 
-def _append(history: list[dict[str, Any]], metrics: dict[str, Any]) -> None:
-    """Add a report; a trial restarted from scratch or a checkpoint rewinds its history."""
-    step = metrics.get("step")
+def _append(rec: TrialRecord, metrics: dict[str, Any]) -> None:
+    """Add a report. A trial restarted from scratch or a checkpoint rewinds its history:
+    its first report after a retry replaces every report at that step or later (the dead
+    attempt may have reported the very step it resumes at; two reports at one step are
+    otherwise kept, as a trainer may report its validation apart), and any report at an
+    earlier step than the last does too."""
+    history, step = rec.history, metrics.get("step")
     last = history[-1].get("step") if history else None
-    if isinstance(step, (int, float)) and isinstance(last, (int, float)) and step < last:
+    numeric = isinstance(step, (int, float)) and isinstance(last, (int, float))
+    if numeric and (step < last or (rec.resuming and step <= last)):
         while history and isinstance(history[-1].get("step"), (int, float)) and \
                 history[-1]["step"] >= step:
             history.pop()
+    rec.resuming = False
     history.append(metrics)

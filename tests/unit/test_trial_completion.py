@@ -75,3 +75,27 @@ def test_books_are_handed_out_only_inside_the_block(sweep):
         open_book(sweep)
     with books_of(sweep):  # a new block reads the journal back: a fresh book, same trials
         assert open_book(sweep) is not book
+
+
+def test_a_retried_trial_replaces_what_its_dead_attempt_reported_past_the_checkpoint(sweep):
+    """The dead attempt reported steps 1-41 (checkpoint at 40); the retry resumes at 41 and
+    reports 41 again. The history holds each step once, the retry's, live and read back
+    from the journal; two reports at one step outside a retry (a trainer reporting its
+    validation apart) are both kept."""
+    from sweeps.record.book import TrialBook
+
+    config = {"lr": 0.1}
+    with books_of(sweep):
+        book = open_book(sweep)
+        for s in range(1, 42):
+            book.record("t", {"step": s, "loss": 1.0 / s, "attempt": 1, "config": config})
+        book.record("t", {"step": 41, "val_loss": 0.5, "config": config})  # validation apart
+        book.mark_retry("t")
+        for s in range(41, 45):
+            book.record("t", {"step": s, "loss": 1.0 / s, "attempt": 2, "config": config})
+        live = book.trials["t"].history
+        assert [h["step"] for h in live] == list(range(1, 45))
+        assert [h["attempt"] for h in live[39:]] == [1, 2, 2, 2, 2]
+        again = TrialBook(sweep)
+        again.load()
+        assert again.trials["t"].history == live and again.trials["t"].retries == 1
