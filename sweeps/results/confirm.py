@@ -542,7 +542,10 @@ def mark_poor(judged: list[Confirmation], base: BaseReference | None = None,
 
 
 def _behind(c: Confirmation, base: BaseReference) -> tuple[float, float] | None:
-    """(c's mean, the base config's) on the fresh seeds both ran stable, when c's is worse."""
+    """(c's mean, the base config's) on the fresh seeds both ran stable, when c's is worse;
+    None when the base config failed a seed (what failed is no yardstick)."""
+    if base.failures:
+        return None
     theirs = base.fresh
     mine = {r.seed: r.quality for r in c.runs if r.status == OK and r.quality is not None}
     shared = sorted(set(theirs) & set(mine))

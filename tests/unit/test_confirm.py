@@ -204,6 +204,8 @@ def test_an_off_front_candidate_behind_the_base_config_is_poor(tmp_path: Path) -
     # the base config's own search trial is never behind itself
     assert mark_poor([behind], base, base_id="behind") == 1 and behind.holds
     assert mark_poor([behind]) == 1 and behind.holds  # no base config run: nothing to compare
+    base.runs.append(SeedRun(3, "unstable", "non_finite", 5, None))
+    assert mark_poor([behind], base) == 1 and behind.holds, "a base config that failed a seed"
 
 
 def _spent(sweep: Sweep, steps: int) -> TrialBook:
