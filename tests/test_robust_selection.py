@@ -331,53 +331,68 @@ def test_configs_the_scheduler_pruned_are_confirmed_when_the_survivors_are_fragi
         assert history[-1]["val_loss"] < mean * 1.5 + 0.01, f"fresh seed {seed}"
 
 
+class _Offline:
+    """Selection without Ray: a trial book whose runs ``loss(lr, seed)`` scores (a run at
+    LR x probe is scored at the scaled LR), and ``run``, the runner that stands in for Ray
+    Tune, adding a finished run to the book for each config it is given."""
+
+    def __init__(self, linreg_dir, loss, *, budget: dict, confirm: dict, steps: int = 20):
+        from sweeps.record.book import TrialBook
+        from sweeps.spec.loader import load_sweep
+
+        edit_linreg(linreg_dir, search_space={"lr": {"type": "loguniform", "low": 0.01,
+                                                     "high": 0.5}},
+                    objectives=[{"metric": "val_loss", "mode": "min"}],
+                    budget={"max_steps": steps, "concurrent": 2, **budget}, confirm=confirm)
+        self.sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir,
+                                import_trainer=False)
+        self.book = TrialBook(self.sweep)
+        self.loss, self.steps = loss, steps
+        self.stages: list[str] = []
+
+    def add(self, trial_id: str, lr: float, seed: int = 0, role: str = "search",
+            lr_scale: float = 1.0) -> None:
+        from sweeps.record.book import TrialRecord
+
+        loss = self.loss(lr * lr_scale, seed)
+        self.book.trials[trial_id] = TrialRecord(
+            trial_id=trial_id, values={"lr": lr}, seed=seed, role=role, lr_scale=lr_scale,
+            history=[{"step": s, "val_loss": loss} for s in range(1, self.steps + 1)],
+            status="ok", finished=True)
+
+    def run(self, configs: list[dict], name: str) -> None:
+        from sweeps.protocol import LR_SCALE_KEY, ROLE_KEY, SEED_KEY
+
+        self.stages.append(name)
+        for k, cfg in enumerate(configs):
+            self.add(f"{name}-{k}", cfg["lr"], cfg[SEED_KEY], cfg[ROLE_KEY],
+                     cfg.get(LR_SCALE_KEY) or 1.0)
+
+    def select(self, ids: list[str]):
+        from sweeps.results.confirm import select
+
+        ordered = [self.book.trials[i] for i in ids]
+        return select(self.sweep, self.book, ordered, ordered[:1], self.run)
+
+
 def test_racing_spends_a_fragile_candidates_other_runs_on_the_next_candidates(linreg_dir):
     """Four fragile candidates lead the list and the fifth holds. Screening each on one
     fresh seed rejects a fragile one for one re-run instead of three (two seeds and the LR
     probe), so the same step budget reaches the fifth; full rounds would stop at the
     second. The runner stands in for Ray Tune: the logic under test is the scheduling."""
-    from sweeps.protocol import LR_SCALE_KEY, ROLE_KEY, SEED_KEY
-    from sweeps.record.book import TrialBook, TrialRecord
-    from sweeps.results.confirm import select
-    from sweeps.spec.loader import load_sweep
-
-    steps = 20
-    edit_linreg(linreg_dir, search_space={"lr": {"type": "loguniform", "low": 0.01,
-                                                 "high": 0.5}},
-                objectives=[{"metric": "val_loss", "mode": "min"}],
-                budget={"max_steps": steps, "total_steps": 320, "concurrent": 2},
-                confirm={"seeds": 2, "lr_probe": 2.0, "keep": 1, "max_candidates": 8})
-    sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir, import_trainer=False)
-    assert sweep.confirm_steps == 100  # 1 x (2 seeds + probe) + the base on 2 seeds
 
     def val_loss(lr: float, seed: int) -> float:  # the fragile region is lucky on seed 0
         if lr > EDGE:
             return 0.001 if seed == 0 else 0.5
         return 0.005 + 0.0001 * seed
 
-    book = TrialBook(sweep)
-
-    def add(trial_id: str, values: dict, seed: int, role: str, lr_scale: float) -> None:
-        loss = val_loss(values["lr"] * lr_scale, seed)
-        book.trials[trial_id] = TrialRecord(
-            trial_id=trial_id, values=values, seed=seed, role=role, lr_scale=lr_scale,
-            history=[{"step": s, "val_loss": loss} for s in range(1, steps + 1)],
-            status="ok", finished=True)
-
+    offline = _Offline(linreg_dir, val_loss, budget={"total_steps": 320},
+                       confirm={"seeds": 2, "lr_probe": 2.0, "keep": 1, "max_candidates": 8})
+    assert offline.sweep.confirm_steps == 100  # 1 x (2 seeds + probe) + the base on 2 seeds
     lrs = [0.3, 0.25, 0.2, 0.15, 0.05, 0.03]
     for i, lr in enumerate(lrs):
-        add(f"s{i}", {"lr": lr}, 0, "search", 1.0)
-    stages: list[str] = []
-
-    def run(configs: list[dict], name: str) -> None:
-        stages.append(name)
-        for k, cfg in enumerate(configs):
-            values = {key: v for key, v in cfg.items() if not key.startswith("_")}
-            add(f"{name}-{k}", values, cfg[SEED_KEY], cfg[ROLE_KEY],
-                cfg.get(LR_SCALE_KEY) or 1.0)
-
-    ordered = [book.trials[f"s{i}"] for i in range(len(lrs))]
-    chosen = select(sweep, book, ordered, ordered[:1], run)
+        offline.add(f"s{i}", lr)
+    chosen = offline.select([f"s{i}" for i in range(len(lrs))])
 
     assert [c.trial_id for c in chosen.handed_over] == ["s4"], "the fifth candidate holds"
     assert [c.verdict for c in chosen.fragile] == ["fragile"] * 4
@@ -386,9 +401,9 @@ def test_racing_spends_a_fragile_candidates_other_runs_on_the_next_candidates(li
         assert "settled by 1 of 3 confirmation runs" in c.fragile_reason
     held = chosen.handed_over[0]
     assert len(held.runs) == 2 and held.probe is not None
-    spent = sum(r.last_step for r in book.trials.values())
+    spent = sum(r.last_step for r in offline.book.trials.values())
     assert spent <= 320, "inside budget.total_steps"
-    assert stages[0] == "confirm" and len(set(stages)) == len(stages)
+    assert offline.stages[0] == "confirm" and len(set(offline.stages)) == len(offline.stages)
 
 
 def test_configs_behind_the_base_config_are_not_handed_over_nor_chased(linreg_dir):
@@ -396,41 +411,19 @@ def test_configs_behind_the_base_config_are_not_handed_over_nor_chased(linreg_di
     next ones hold but trail them. Those are ``poor`` (stable/ keeps the best and the base
     config), and they count towards ``confirm.keep``: the candidates after them (ranked
     lower still) are not re-run to fill stable/. The runner stands in for Ray Tune."""
-    from sweeps.protocol import LR_SCALE_KEY, ROLE_KEY, SEED_KEY
-    from sweeps.record.book import TrialBook, TrialRecord
-    from sweeps.results.confirm import select
-    from sweeps.spec.loader import load_sweep
-
-    steps = 20
-    edit_linreg(linreg_dir, search_space={"lr": {"type": "loguniform", "low": 0.01,
-                                                 "high": 0.5}},
-                objectives=[{"metric": "val_loss", "mode": "min"}],
-                budget={"max_steps": steps, "trials": 8, "concurrent": 2},
-                confirm={"seeds": 2, "lr_probe": 0, "keep": 3, "max_candidates": 8})
-    sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir, import_trainer=False)
     search_value = {0.3: 0.10, 0.1: 0.20, 0.2: 0.15, 0.25: 0.16, 0.05: 0.17, 0.04: 0.18}
     fresh_value = {0.3: 0.10, 0.1: 0.20, 0.2: 0.21, 0.25: 0.22, 0.05: 0.23, 0.04: 0.24}
-    book = TrialBook(sweep)
-
-    def add(trial_id: str, lr: float, seed: int, role: str) -> None:
-        loss = (search_value if seed == sweep.spec.seed else fresh_value)[lr]
-        book.trials[trial_id] = TrialRecord(
-            trial_id=trial_id, values={"lr": lr}, seed=seed, role=role,
-            history=[{"step": s, "val_loss": loss} for s in range(1, steps + 1)],
-            status="ok", finished=True)
-
-    add("base", 0.1, 0, "search")  # the base config's own lr, the search's first trial
+    offline = _Offline(linreg_dir,
+                       lambda lr, seed: (search_value if seed == 0 else fresh_value)[lr],
+                       budget={"trials": 8},
+                       confirm={"seeds": 2, "lr_probe": 0, "keep": 3, "max_candidates": 8})
+    offline.add("base", 0.1)  # the base config's own lr, the search's first trial
     for i, lr in enumerate([0.3, 0.2, 0.25, 0.05, 0.04]):
-        add(f"s{i}", lr, 0, "search")
+        offline.add(f"s{i}", lr)
+    chosen = offline.select([f"s{i}" for i in range(5)])
 
-    def run(configs: list[dict], name: str) -> None:
-        for k, cfg in enumerate(configs):
-            assert not cfg.get(LR_SCALE_KEY)
-            add(f"{name}-{k}", cfg["lr"], cfg[SEED_KEY], cfg[ROLE_KEY])
-
-    ordered = [book.trials[f"s{i}"] for i in range(5)]
-    chosen = select(sweep, book, ordered, ordered[:1], run)
-
+    book = offline.book
+    assert all(r.lr_scale == 1.0 for r in book.trials.values()), "no LR probe"
     assert [c.trial_id for c in chosen.handed_over] == ["s0", "base"]
     poor = {c.trial_id: c for c in chosen.candidates if c.verdict == "poor"}
     assert set(poor) == {"s1", "s2"}
