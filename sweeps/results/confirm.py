@@ -575,6 +575,19 @@ def affordable(sweep: Sweep, book: TrialBook, queue: list[TrialRecord], need: in
     return n
 
 
+def by_estimate(sweep: Sweep, book: TrialBook,
+                records: list[TrialRecord]) -> list[TrialRecord]:
+    """``records`` by their mean quality over every seed they ran stable
+    (:attr:`Confirmation.estimate`), best first; those with none last."""
+    sign = 1.0 if sweep.objectives[0].mode == "min" else -1.0
+
+    def key(rec: TrialRecord) -> float:
+        value = judge(sweep, book, rec, on_front=True).estimate
+        return math.inf if value is None else sign * value
+
+    return sorted(records, key=key)
+
+
 def raced(book: TrialBook, rec: TrialRecord) -> bool:
     """Whether ``rec`` has run (or runs) on a fresh seed or at LR × probe."""
     roles = (confirm_role(rec.trial_id), probe_role(rec.trial_id))
@@ -600,15 +613,9 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
     base = base_trial(sweep, book)
     if base is not None and base.finished and not base.flagged and base not in ordered:
         ordered = [base, *ordered]
-    sign = 1.0 if sweep.objectives[0].mode == "min" else -1.0
-
-    def estimate(rec: TrialRecord) -> float:
-        value = judge(sweep, book, rec, True).estimate
-        return math.inf if value is None else sign * value
-
     # the raced ones by what their seeds showed (the race's leader first), so the one
     # settled past the budget, when nothing holds yet, is the best by the evidence
-    started = sorted((r for r in ordered if raced(book, r)), key=estimate)
+    started = by_estimate(sweep, book, [r for r in ordered if raced(book, r)])
     fresh = [r for r in ordered if not raced(book, r)]
     queue = started + fresh[:max(0, conf.max_candidates - len(started))]
     notes: list[str] = []

@@ -43,6 +43,7 @@ from sweeps.results.confirm import (
     Confirmation,
     base_point,
     base_trial,
+    by_estimate,
     judge,
     ladder,
     ladder_cost,
@@ -159,13 +160,7 @@ class Race:
 
     def by_estimate(self) -> list[TrialRecord]:
         """The contenders by their mean quality over the seeds they ran, best first."""
-        sign = 1.0 if self.sweep.objectives[0].mode == "min" else -1.0
-
-        def estimate(rec: TrialRecord) -> float:
-            mean = self.judge(rec).estimate
-            return sign * mean if mean is not None else float("inf")
-
-        return sorted(self.contenders(), key=estimate)
+        return by_estimate(self.sweep, self.book, self.contenders())
 
     def leader(self) -> TrialRecord | None:
         """The contender with the best mean quality over the seeds it ran."""
