@@ -107,3 +107,48 @@ def test_a_narrow_spread_whose_loss_falls_below_the_random_guess_is_learning():
         report["loss"] = 0.9
     verdict = check(flat, settings)
     assert verdict.reason == "collapse" and verdict.evidence["loss_falling"] < 0.05
+
+
+def _plateau(steps: int, *, start_norm: float = 0.3, stretch_norm: float = 0.08,
+             ratio_end: float | None = None) -> list[dict]:
+    """A run whose outputs sit near-constant from the start: grad norm ``start_norm`` on
+    its first 10 reports, then ``stretch_norm``; the ratio flat at 0.008 (or falling
+    linearly to ``ratio_end``)."""
+    history = []
+    for t in range(steps):
+        ratio = 0.008 if ratio_end is None else 0.05 + (ratio_end - 0.05) * t / steps
+        norm = start_norm if t < 10 else stretch_norm * (1.2 if t % 2 else 0.8)
+        history.append({"step": t, "pred_std": ratio, "target_std": 1.0, "grad_norm": norm})
+    return history
+
+
+def test_a_flat_collapse_with_a_live_gradient_is_a_plateau_given_five_times_the_patience():
+    """A raw-input direction MLP sat at a ratio of 0.008 with a grad norm ~30 % of its
+    start for 80 steps past step 50, then escaped to val_loss 0.34: judged at step 69 it
+    was called collapsed. A plateau needs 5 x collapse_patience collapsed reports."""
+    s = RuleSettings(collapse_min_step=50)
+    history = _plateau(200)
+    assert all(check(history[:n], s) is None for n in range(1, 150))
+    verdict = check(history[:150], s)
+    assert verdict.step == 149 and verdict.evidence["plateau"] is True
+    assert verdict.evidence["gradient"] == pytest.approx(0.08 / 0.3, rel=0.05)
+    assert verdict.evidence["reports"] == 100
+
+
+def test_a_collapse_whose_gradient_died_fires_at_the_patience():
+    verdict = check(_plateau(70, stretch_norm=0.01), RuleSettings(collapse_min_step=50))
+    assert verdict.step == 69 and verdict.evidence["plateau"] is False
+    assert verdict.evidence["gradient"] < 0.15
+
+
+def test_a_spread_still_shrinking_fires_at_the_patience_whatever_the_gradient():
+    """Adam + heavy L2 on the regression trainer: the spread falls from 0.06 to 0.02 over
+    the stretch with the gradient alive; the rule need not wait."""
+    history = _plateau(70, stretch_norm=0.3, ratio_end=0.005)
+    verdict = check(history, RuleSettings(collapse_min_step=50))
+    assert verdict.step == 69 and verdict.evidence["plateau"] is False
+
+
+def test_without_grad_norms_a_flat_collapse_fires_at_the_patience():
+    history = [{k: v for k, v in r.items() if k != "grad_norm"} for r in _plateau(70)]
+    assert check(history, RuleSettings(collapse_min_step=50)).step == 69

@@ -7,6 +7,7 @@ with a flat loss. Judged only on reports carrying both ``pred_std`` and
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,6 +25,24 @@ GROWTH = 0.05
 #: (slowly, through a narrow spread of outputs), not collapsed. (A loss falling towards
 #: the baseline is a collapsed model learning the mean, and is judged.)
 LOSS_FALLING = 0.05
+#: A collapsed stretch whose spread is not shrinking and whose gradient is alive (its
+#: median grad norm at least :data:`LIVE_GRADIENT` of the run's first reports') is a
+#: plateau: networks stall on such saddles with near-constant outputs and leave them
+#: (raw-input direction MLPs at lr 0.016-0.028 sat at a ratio of 0.006-0.011 from step 10
+#: and escaped at steps 90-130, ending at val_loss 0.34). A plateau fires only after
+#: this many times ``collapse_patience`` reports; a spread still shrinking (weight decay
+#: pulling a regressor to its mean) or a vanished gradient fires at the patience.
+PLATEAU_PATIENCE = 5
+#: The grad norm of a live collapsed stretch, as a share of the median of the run's first
+#: :data:`FIRST_REPORTS` grad norms. Measured: escaped plateaus 0.22-0.29, collapses that
+#: stayed 0.03-0.08 (a dead net at lr 0.6; Adam + heavy L2 on the regression trainer).
+LIVE_GRADIENT = 0.15
+#: A collapsed spread whose fitted drop over the stretch, less one standard error, exceeds
+#: this share of its mean is still shrinking: something drives it to a constant (weight
+#: decay on the regression trainer: 36-99 %; escaped plateaus drifted 4-12 %).
+SHRINKING = 0.25
+#: Reports that set the run's starting grad-norm level.
+FIRST_REPORTS = 5
 
 
 def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdict | None:
@@ -32,7 +51,8 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
     >= ``collapse_min_step``), and the ratio is not clearly growing over the whole
     collapsed stretch (every consecutive such report back from the newest): its fitted
     rise (``_history.trend``) less one standard error is at most ``GROWTH`` of its
-    mean, and the training loss is not clearly falling below ``baseline_loss`` over
+    mean, the stretch is no plateau (:data:`PLATEAU_PATIENCE`) or has lasted that long,
+    and the training loss is not clearly falling below ``baseline_loss`` over
     that stretch (its fitted drop less one standard error more than ``LOSS_FALLING`` of
     its mean, the newest loss below the flat band around the baseline). A model that
     starts near-constant (e.g. from zero weights) and is learning is slow, not
@@ -66,6 +86,11 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
     drop, noise = trend(ratios)
     if -drop - noise > GROWTH * mean:
         return None  # the spread is still growing out of a small start: slow, not collapsed
+    shrinking = drop - noise > SHRINKING * mean
+    gradient = _gradient_level(history, since)
+    plateau = not shrinking and gradient is not None and gradient >= LIVE_GRADIENT
+    if plateau and len(ratios) < PLATEAU_PATIENCE * settings.collapse_patience:
+        return None  # a flat spread with a live gradient: a plateau, given longer
     falling = _loss_falling(history[since:])
     if falling is not None and falling > LOSS_FALLING and _below_baseline(history, settings):
         return None  # the loss falls, below the random guess: learning slowly
@@ -79,8 +104,27 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
         "since_step": step_of(history[since], since),
         "growth": -drop / mean if mean else 0.0,
         "loss_falling": falling,
+        "gradient": gradient,
+        "plateau": plateau,
     }
     return Verdict("collapse", newest_step(history), evidence)
+
+
+def _gradient_level(history: Sequence[Mapping[str, Any]], since: int) -> float | None:
+    """The median grad norm from ``history[since]`` on over the median of the run's first
+    :data:`FIRST_REPORTS` grad norms; None without grad norms or with a zero start."""
+    first: list[float] = []
+    for report in history:
+        value = finite_num(report, "grad_norm")
+        if value is not None:
+            first.append(value)
+            if len(first) == FIRST_REPORTS:
+                break
+    stretch = [v for r in history[since:] for v in [finite_num(r, "grad_norm")] if v is not None]
+    if not first or not stretch:
+        return None
+    start = statistics.median(first)
+    return statistics.median(stretch) / start if start > 0 else None
 
 
 def _below_baseline(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> bool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection
 
-from sweeps.rules._history import History, finite_values
+from sweeps.rules._history import History, finite_num, finite_values
 from sweeps.rules.settings import RuleSettings
 
 #: A held run has run at least this share of its steps, whatever its windows.
@@ -83,7 +83,10 @@ def hold_step(settings: RuleSettings, max_steps: int,
 
 def quiet(history: History, settings: RuleSettings) -> bool:
     """Whether nothing is brewing in ``history`` (see the module): the smoothed loss kept
-    all but :data:`GIVEBACK` of its improvement and the grad norm did not grow."""
+    all but :data:`GIVEBACK` of its improvement, the grad norm did not grow, and the
+    newest outputs are not collapsed (a plateau the ``collapse`` rule gives longer)."""
+    if _collapsed_now(history, settings):
+        return False
     n = settings.smoothing
     losses = finite_values(history, "loss", 0, len(history))
     if len(losses) >= n:
@@ -102,6 +105,16 @@ def quiet(history: History, settings: RuleSettings) -> bool:
         if recent > NORM_GROWTH * level:
             return False
     return True
+
+
+def _collapsed_now(history: History, settings: RuleSettings) -> bool:
+    """Whether the newest report carrying ``pred_std`` and ``target_std`` (among the
+    newest ``window``) has a ratio below ``collapse_ratio``."""
+    for report in reversed(history[-settings.window:]):
+        pred, target = finite_num(report, "pred_std"), finite_num(report, "target_std")
+        if pred is not None and target is not None and target > 0:
+            return pred / target < settings.collapse_ratio
+    return False
 
 
 def holds_now(settings: RuleSettings, max_steps: int, history: History,

@@ -90,3 +90,15 @@ def test_a_probe_on_a_slowly_diverging_run_runs_to_its_verdict():
             reporter({"step": step, "loss": loss, "grad_norm": 1.0})
     assert not isinstance(info.value, TrialHeld)
     assert info.value.verdict.reason == "divergence" and info.value.verdict.step > 150
+
+
+def test_a_run_whose_outputs_are_collapsed_now_does_not_hold():
+    """The collapse rule gives a plateau five patiences: a probe sitting in one past its
+    hold step has not held; once its outputs spread again it may."""
+    settings = RuleSettings()
+    learning = [{"step": s, "loss": 1.0 - 0.008 * s, "grad_norm": 1.0, "pred_std": 0.5,
+                 "target_std": 1.0} for s in range(1, 101)]
+    stuck = [dict(r, pred_std=0.005) for r in learning]
+    assert horizon.holds_now(settings, 200, learning, 100)
+    assert not horizon.quiet(stuck, settings)
+    assert not horizon.holds_now(settings, 200, stuck, 100)
