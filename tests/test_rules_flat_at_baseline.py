@@ -144,3 +144,34 @@ def test_the_history_must_cover_the_patience():
     assert first_firing(resumed).step == 600
     late = [{"step": t, "grad_norm": 1.0} for t in range(50)] + losses([B] * 200)[50:]
     assert first_firing(late).step == 150  # the loss is known flat only from step 50
+
+
+def _collapsed_on_a_plateau(n: int) -> list[dict]:
+    """The loss at pi/2, the outputs collapsed (ratio 0.01) from the start, the grad norm a
+    third of its first reports' after step 10: a raw-input direction MLP that later left."""
+    return [{"step": t, "loss": B, "pred_std": 0.01, "target_std": 1.0,
+             "grad_norm": 0.6 if t < 10 else 0.2} for t in range(n)]
+
+
+def test_collapsed_outputs_on_a_plateau_are_left_to_the_collapse_rule():
+    """flat_patience 60: the loss is at the random guess from step 0, but the outputs sit
+    collapsed with a live gradient: a plateau. flat_at_baseline waits; the collapse rule
+    calls it once the plateau lasted 5 x its patience (steps 50..149)."""
+    from sweeps.rules import evaluate
+
+    settings = RuleSettings(baseline_loss=B, flat_patience=60)
+    history = _collapsed_on_a_plateau(160)
+    assert first_firing(history[:149], settings) is None
+    verdict = next(v for k in range(1, 161) if (v := evaluate(history[:k], settings)))
+    assert verdict.reason == "collapse" and verdict.step == 149
+    assert verdict.evidence["plateau"] is True
+
+
+def test_with_collapse_disabled_a_flat_loss_fires_as_before():
+    settings = RuleSettings(baseline_loss=B, flat_patience=60, disabled=["collapse"])
+    assert first_firing(_collapsed_on_a_plateau(100), settings).step == 60
+
+
+def test_a_flat_loss_whose_outputs_are_not_collapsed_fires_at_the_patience():
+    history = [dict(r, pred_std=0.5) for r in _collapsed_on_a_plateau(100)]
+    assert first_firing(history, RuleSettings(baseline_loss=B, flat_patience=60)).step == 60

@@ -127,3 +127,25 @@ def test_clipping_onset_is_found_as_old_reports_leave_the_window():
     assert check_clipping(history[:200], S) is None  # 100 of 200: exactly half
     assert check_clipping(history[:201], S)["step"] == 200  # 101 of the last 200
     assert check_clipping(history[:202], S) is None
+
+
+def _leaving_a_plateau(jump: float, ratio: float = 0.01) -> list[dict]:
+    """Grad norm 0.6 on the first 10 reports, 0.15 while the outputs sit collapsed
+    (ratio ``ratio``) to step 109, then ``jump`` as the outputs spread again."""
+    history = [{"step": t, "grad_norm": 0.6 if t < 10 else 0.15, "pred_std": ratio,
+                "target_std": 1.0} for t in range(110)]
+    return history + [{"step": 110, "grad_norm": jump, "pred_std": 0.4, "target_std": 1.0}]
+
+
+def test_leaving_a_collapsed_plateau_is_not_a_blowup():
+    """A raw-input direction MLP on a plateau (grad norm 0.16) took its gradient to 8.9 on
+    leaving it (55 x the running median, 14 x its start of 0.64) and trained to val_loss
+    0.34: the jump is judged against the run's starting grad norm."""
+    s = RuleSettings()
+    assert check(_leaving_a_plateau(9.0), s) is None  # 60 x the median, 15 x the start
+    assert check(_leaving_a_plateau(40.0), s).reason == "grad_blowup"  # 67 x the start
+    assert check(_leaving_a_plateau(9.0), RuleSettings(disabled=["collapse"])) is not None
+
+
+def test_a_jump_after_outputs_that_were_never_collapsed_is_judged_as_before():
+    assert check(_leaving_a_plateau(9.0, ratio=0.5), RuleSettings()).reason == "grad_blowup"

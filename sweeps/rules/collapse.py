@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sweeps.rules._history import finite_num, newest_step, num, step_of, trend
@@ -64,55 +65,118 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
         >>> check(history, RuleSettings()).step  # not judged before step 50
         79
     """
-    if not history:
-        return None
-    n = len(history)
-    newest = _ratio(history[-1])
-    if newest is None or newest >= settings.collapse_ratio:
-        return None
-    since, ratios = n - 1, []
-    for i in range(n - 1, max(0, n - settings.window) - 1, -1):
-        ratio = _ratio(history[i])
-        if ratio is None:
-            continue
-        if ratio >= settings.collapse_ratio or step_of(history[i], i) < settings.collapse_min_step:
-            break
-        since = i
-        ratios.append(ratio)
-    if len(ratios) < settings.collapse_patience:
-        return None
-    ratios.reverse()
-    mean = sum(ratios) / len(ratios)
-    drop, noise = trend(ratios)
-    if -drop - noise > GROWTH * mean:
-        return None  # the spread is still growing out of a small start: slow, not collapsed
-    shrinking = drop - noise > SHRINKING * mean
-    gradient = _gradient_level(history, since)
-    plateau = not shrinking and gradient is not None and gradient >= LIVE_GRADIENT
-    if plateau and len(ratios) < PLATEAU_PATIENCE * settings.collapse_patience:
-        return None  # a flat spread with a live gradient: a plateau, given longer
-    falling = _loss_falling(history[since:])
+    stretch = _Stretch.of(history, settings)
+    if stretch is None or stretch.growing or stretch.waiting:
+        return None  # growing out of a small start: slow; or a plateau given longer
+    falling = _loss_falling(history[stretch.since:])
     if falling is not None and falling > LOSS_FALLING and _below_baseline(history, settings):
         return None  # the loss falls, below the random guess: learning slowly
     report = history[-1]
     evidence = {
         "pred_std": num(report, "pred_std"),
         "target_std": num(report, "target_std"),
-        "ratio": newest,
+        "ratio": stretch.ratios[-1],
         "threshold": settings.collapse_ratio,
-        "reports": len(ratios),
-        "since_step": step_of(history[since], since),
-        "growth": -drop / mean if mean else 0.0,
+        "reports": len(stretch.ratios),
+        "since_step": step_of(history[stretch.since], stretch.since),
+        "growth": stretch.growth,
         "loss_falling": falling,
-        "gradient": gradient,
-        "plateau": plateau,
+        "gradient": stretch.gradient,
+        "plateau": stretch.plateau,
     }
     return Verdict("collapse", newest_step(history), evidence)
 
 
-def _gradient_level(history: Sequence[Mapping[str, Any]], since: int) -> float | None:
-    """The median grad norm from ``history[since]`` on over the median of the run's first
-    :data:`FIRST_REPORTS` grad norms; None without grad norms or with a zero start."""
+def on_plateau(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> bool:
+    """Whether the outputs sit collapsed on a plateau (a spread neither shrinking nor
+    growing, a live gradient: see :data:`PLATEAU_PATIENCE`), judged on the collapsed
+    reports so far (at least 3 past ``collapse_min_step``, not yet the patience).
+
+    Example:
+        >>> flat = [{"step": s, "pred_std": 0.01, "target_std": 1.0,
+        ...          "grad_norm": 1.0 if s < 10 else 0.3} for s in range(90)]
+        >>> on_plateau(flat, RuleSettings())
+        True
+    """
+    stretch = _Stretch.of(history, settings, least=3)
+    return stretch is not None and stretch.plateau and not stretch.growing
+
+
+def plateau_since(history: Sequence[Mapping[str, Any]], settings: RuleSettings,
+                  step: int) -> bool:
+    """Whether the outputs sat on a plateau (:func:`on_plateau`) at a collapsed report at
+    or after ``step``, looked at every ``collapse_patience`` reports back from the newest
+    collapsed one: ``flat_at_baseline`` and ``grad_blowup`` leave such a run to this rule,
+    which waits the plateau out and then names it. A run leaving a plateau spreads its
+    outputs and takes its gradient back to its own level before its loss moves.
+
+    Example:
+        >>> stuck = [{"step": s, "pred_std": 0.01, "target_std": 1.0,
+        ...           "grad_norm": 1.0 if s < 10 else 0.3} for s in range(90)]
+        >>> left = stuck + [{"step": 90, "pred_std": 0.5, "target_std": 1.0}]
+        >>> plateau_since(left, RuleSettings(), 40), plateau_since(left, RuleSettings(), 90)
+        (True, False)
+    """
+    n = len(history)
+    stride, i = max(1, settings.collapse_patience), n - 1
+    while i >= max(0, n - settings.window) and step_of(history[i], i) >= step:
+        ratio = _ratio(history[i])
+        if ratio is None or ratio >= settings.collapse_ratio:
+            i -= 1
+            continue
+        if on_plateau(history[:i + 1], settings):
+            return True
+        i -= stride
+    return False
+
+
+@dataclass(frozen=True)
+class _Stretch:
+    """The newest collapsed stretch: every consecutive report back from the newest with
+    the ratio below ``collapse_ratio`` at a step >= ``collapse_min_step`` (within
+    ``window``), at least ``least`` of them (default ``collapse_patience``)."""
+
+    since: int
+    ratios: list[float]
+    growth: float  # the fitted rise as a share of the ratio's mean
+    growing: bool  # the rise, less one standard error, above GROWTH of the mean
+    plateau: bool  # not shrinking, with a live gradient
+    waiting: bool  # a plateau shorter than PLATEAU_PATIENCE patiences
+    gradient: float | None
+
+    @classmethod
+    def of(cls, history: Sequence[Mapping[str, Any]], settings: RuleSettings,
+           least: int | None = None) -> _Stretch | None:
+        n = len(history)
+        newest = _ratio(history[-1]) if history else None
+        if newest is None or newest >= settings.collapse_ratio:
+            return None
+        since, ratios = n - 1, []
+        for i in range(n - 1, max(0, n - settings.window) - 1, -1):
+            ratio = _ratio(history[i])
+            if ratio is None:
+                continue
+            if ratio >= settings.collapse_ratio or \
+                    step_of(history[i], i) < settings.collapse_min_step:
+                break
+            since = i
+            ratios.append(ratio)
+        if len(ratios) < (settings.collapse_patience if least is None else least):
+            return None
+        ratios.reverse()
+        mean = sum(ratios) / len(ratios)
+        drop, noise = trend(ratios)
+        gradient = _gradient_level(history, since)
+        plateau = drop - noise <= SHRINKING * mean and gradient is not None and \
+            gradient >= LIVE_GRADIENT
+        return cls(since, ratios, -drop / mean if mean else 0.0, -drop - noise > GROWTH * mean,
+                   plateau, plateau and len(ratios) < PLATEAU_PATIENCE * settings.collapse_patience,
+                   gradient)
+
+
+def starting_grad_norm(history: Sequence[Mapping[str, Any]]) -> float | None:
+    """The median of the run's first :data:`FIRST_REPORTS` finite grad norms (None
+    without any)."""
     first: list[float] = []
     for report in history:
         value = finite_num(report, "grad_norm")
@@ -120,11 +184,17 @@ def _gradient_level(history: Sequence[Mapping[str, Any]], since: int) -> float |
             first.append(value)
             if len(first) == FIRST_REPORTS:
                 break
+    return statistics.median(first) if first else None
+
+
+def _gradient_level(history: Sequence[Mapping[str, Any]], since: int) -> float | None:
+    """The median grad norm from ``history[since]`` on over :func:`starting_grad_norm`;
+    None without grad norms or with a zero start."""
+    start = starting_grad_norm(history)
     stretch = [v for r in history[since:] for v in [finite_num(r, "grad_norm")] if v is not None]
-    if not first or not stretch:
+    if not start or not stretch:
         return None
-    start = statistics.median(first)
-    return statistics.median(stretch) / start if start > 0 else None
+    return statistics.median(stretch) / start
 
 
 def _below_baseline(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> bool:

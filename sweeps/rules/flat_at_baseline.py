@@ -13,6 +13,7 @@ from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sweeps.rules import collapse
 from sweeps.rules._history import (
     finite_num,
     judged_metric,
@@ -41,7 +42,10 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
     step ``newest - flat_patience`` (whose value stands for the loss at that step); it
     must exist, and must not start before ``warmup_steps``. So a loss flat from step 0
     fails at step ``flat_patience`` exactly. Stretches longer than ``window`` reports
-    are thinned to about ``window`` evenly spaced reports.
+    are thinned to about ``window`` evenly spaced reports. A run whose outputs sat
+    collapsed on a plateau inside the window (:func:`sweeps.rules.collapse.plateau_since`)
+    is left to the ``collapse`` rule, which gives a plateau longer: a run leaving one
+    spreads its outputs before its loss moves.
 
     Example:
         >>> history = [{"step": s, "loss": 1.5708} for s in range(101)]
@@ -81,6 +85,8 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
     drop, noise = trend(series[len(series) - checked:])
     if drop + noise >= settings.flat_min_progress * baseline:
         return None  # still in the band, but learning: slow, not stuck
+    if settings.is_enabled("collapse") and collapse.plateau_since(history, settings, start):
+        return None  # outputs collapsed on a plateau in the window: the collapse rule's
     evidence = {
         "metric": key,
         "smoothed_loss": smoothed[-1],

@@ -10,7 +10,8 @@ from collections.abc import Mapping, Sequence
 from statistics import median
 from typing import Any
 
-from sweeps.rules._history import finite_num, finite_values, newest_step
+from sweeps.rules import collapse
+from sweeps.rules._history import finite_num, finite_values, newest_step, step_of
 from sweeps.rules.settings import RuleSettings
 from sweeps.rules.verdict import Verdict
 
@@ -18,7 +19,8 @@ from sweeps.rules.verdict import Verdict
 def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdict | None:
     """Fail when the newest ``grad_norm`` is over ``grad_norm_cap``, or over
     ``blowup_ratio`` x the median of the earlier finite grad norms in the window
-    (at least ``blowup_min_history`` of them). A median of 0 is not judged.
+    (at least ``blowup_min_history`` of them). A median of 0 is not judged, nor a run
+    leaving a collapsed plateau whose norm is within the ratio of its starting one.
 
     Example:
         >>> history = [{"step": s, "grad_norm": 1.0} for s in range(10)]
@@ -44,7 +46,7 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
     if len([v for v in earlier if v >= bar]) > len(earlier) // 2:
         return None
     med = median(earlier)
-    if med <= 0 or norm <= settings.blowup_ratio * med:
+    if med <= 0 or norm <= settings.blowup_ratio * med or _leaving_plateau(history, norm, settings):
         return None
     evidence = {
         "grad_norm": norm,
@@ -54,6 +56,22 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
         "history": len(earlier),
     }
     return _verdict(history, evidence)
+
+
+def _leaving_plateau(history: Sequence[Mapping[str, Any]], norm: float,
+                     settings: RuleSettings) -> bool:
+    """Whether the outputs sat collapsed on a plateau in the window (the ``collapse``
+    rule's :func:`~sweeps.rules.collapse.plateau_since`) and ``norm`` is within
+    ``blowup_ratio`` x the run's starting grad norm: a run leaving a plateau takes its
+    gradient back from the plateau's low level to its own (a direction MLP: 0.16 on the
+    plateau, 8.9 on leaving it, 0.64 at its start), not a blowup."""
+    if not settings.is_enabled("collapse"):
+        return False
+    start = collapse.starting_grad_norm(history)
+    if start is None or norm > settings.blowup_ratio * start:
+        return False
+    first = max(0, len(history) - settings.window)
+    return collapse.plateau_since(history, settings, step_of(history[first], first))
 
 
 def check_clipping(
