@@ -175,3 +175,15 @@ def test_with_collapse_disabled_a_flat_loss_fires_as_before():
 def test_a_flat_loss_whose_outputs_are_not_collapsed_fires_at_the_patience():
     history = [dict(r, pred_std=0.5) for r in _collapsed_on_a_plateau(100)]
     assert first_firing(history, RuleSettings(baseline_loss=B, flat_patience=60)).step == 60
+
+
+def test_a_run_leaving_a_plateau_is_not_called_flat_while_its_loss_catches_up():
+    """The outputs spread again at step 90 (the loss still at pi/2): the flat stretch
+    held plateau reports, so flat_at_baseline waits; a full flat_patience of spread
+    outputs at the baseline (steps 90..150) is stuck again."""
+    settings = RuleSettings(baseline_loss=B, flat_patience=60)
+    history = _collapsed_on_a_plateau(90) + [
+        {"step": t, "loss": B, "pred_std": 0.5, "target_std": 1.0, "grad_norm": 2.0}
+        for t in range(90, 160)]
+    verdict = first_firing(history, settings)
+    assert verdict.reason == "flat_at_baseline" and verdict.step > 140
