@@ -152,3 +152,14 @@ def test_a_spread_still_shrinking_fires_at_the_patience_whatever_the_gradient():
 def test_without_grad_norms_a_flat_collapse_fires_at_the_patience():
     history = [{k: v for k, v in r.items() if k != "grad_norm"} for r in _plateau(70)]
     assert check(history, RuleSettings(collapse_min_step=50)).step == 69
+
+
+def test_a_plateau_longer_than_the_window_is_still_judged():
+    """collapse_patience 50 with window 200: a plateau needs 250 reports, more than the
+    window can count; it is judged once the whole window is collapsed."""
+    s = RuleSettings(collapse_min_step=50, collapse_patience=50, window=200)
+    history = _plateau(400)
+    assert check(history[:249], s) is None
+    verdict = check(history[:250], s)
+    assert verdict is not None and verdict.evidence["plateau"] is True
+    assert verdict.evidence["reports"] == 200

@@ -141,7 +141,7 @@ class _Stretch:
     growth: float  # the fitted rise as a share of the ratio's mean
     growing: bool  # the rise, less one standard error, above GROWTH of the mean
     plateau: bool  # not shrinking, with a live gradient
-    waiting: bool  # a plateau shorter than PLATEAU_PATIENCE patiences
+    waiting: bool  # a plateau shorter than plateau_patience()
     gradient: float | None
 
     @classmethod
@@ -170,8 +170,13 @@ class _Stretch:
         plateau = drop - noise <= SHRINKING * mean and gradient is not None and \
             gradient >= LIVE_GRADIENT
         return cls(since, ratios, -drop / mean if mean else 0.0, -drop - noise > GROWTH * mean,
-                   plateau, plateau and len(ratios) < PLATEAU_PATIENCE * settings.collapse_patience,
-                   gradient)
+                   plateau, plateau and len(ratios) < plateau_patience(settings), gradient)
+
+
+def plateau_patience(settings: RuleSettings) -> int:
+    """Collapsed reports a plateau needs: :data:`PLATEAU_PATIENCE` x ``collapse_patience``,
+    at most ``window`` (the stretch is counted within it)."""
+    return min(PLATEAU_PATIENCE * settings.collapse_patience, settings.window)
 
 
 def starting_grad_norm(history: Sequence[Mapping[str, Any]]) -> float | None:
