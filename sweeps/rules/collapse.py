@@ -87,10 +87,12 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
     return Verdict("collapse", newest_step(history), evidence)
 
 
-def on_plateau(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> bool:
+def on_plateau(history: Sequence[Mapping[str, Any]], settings: RuleSettings,
+               end: int | None = None) -> bool:
     """Whether the outputs sit collapsed on a plateau (a spread neither shrinking nor
     growing, a live gradient: see :data:`PLATEAU_PATIENCE`), judged on the collapsed
-    reports so far (at least 3 past ``collapse_min_step``, not yet the patience).
+    reports so far (at least 3 past ``collapse_min_step``, not yet the patience) of
+    ``history[:end]`` (the whole history by default; no copy is made).
 
     Example:
         >>> flat = [{"step": s, "pred_std": 0.01, "target_std": 1.0,
@@ -98,7 +100,7 @@ def on_plateau(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> 
         >>> on_plateau(flat, RuleSettings())
         True
     """
-    stretch = _Stretch.of(history, settings, least=3)
+    stretch = _Stretch.of(history, settings, least=3, end=end)
     return stretch is not None and stretch.plateau and not stretch.growing
 
 
@@ -120,11 +122,11 @@ def plateau_since(history: Sequence[Mapping[str, Any]], settings: RuleSettings,
     n = len(history)
     stride, i = max(1, settings.collapse_patience), n - 1
     while i >= max(0, n - settings.window) and step_of(history[i], i) >= step:
-        ratio = _ratio(history[i])
+        ratio = spread_ratio(history[i])
         if ratio is None or ratio >= settings.collapse_ratio:
             i -= 1
             continue
-        if on_plateau(history[:i + 1], settings):
+        if on_plateau(history, settings, end=i + 1):
             return True
         i -= stride
     return False
@@ -134,7 +136,8 @@ def plateau_since(history: Sequence[Mapping[str, Any]], settings: RuleSettings,
 class _Stretch:
     """The newest collapsed stretch: every consecutive report back from the newest with
     the ratio below ``collapse_ratio`` at a step >= ``collapse_min_step`` (within
-    ``window``), at least ``least`` of them (default ``collapse_patience``)."""
+    ``window``), at least ``least`` of them (default ``collapse_patience``); of
+    ``history[:end]`` when ``end`` is given."""
 
     since: int
     ratios: list[float]
@@ -146,14 +149,14 @@ class _Stretch:
 
     @classmethod
     def of(cls, history: Sequence[Mapping[str, Any]], settings: RuleSettings,
-           least: int | None = None) -> _Stretch | None:
-        n = len(history)
-        newest = _ratio(history[-1]) if history else None
+           least: int | None = None, end: int | None = None) -> _Stretch | None:
+        n = len(history) if end is None else end
+        newest = spread_ratio(history[n - 1]) if n > 0 else None
         if newest is None or newest >= settings.collapse_ratio:
             return None
         since, ratios = n - 1, []
         for i in range(n - 1, max(0, n - settings.window) - 1, -1):
-            ratio = _ratio(history[i])
+            ratio = spread_ratio(history[i])
             if ratio is None:
                 continue
             if ratio >= settings.collapse_ratio or \
@@ -166,7 +169,7 @@ class _Stretch:
         ratios.reverse()
         mean = sum(ratios) / len(ratios)
         drop, noise = trend(ratios)
-        gradient = _gradient_level(history, since)
+        gradient = _gradient_level(history, since, n)
         plateau = drop - noise <= SHRINKING * mean and gradient is not None and \
             gradient >= LIVE_GRADIENT
         return cls(since, ratios, -drop / mean if mean else 0.0, -drop - noise > GROWTH * mean,
@@ -192,11 +195,13 @@ def starting_grad_norm(history: Sequence[Mapping[str, Any]]) -> float | None:
     return statistics.median(first) if first else None
 
 
-def _gradient_level(history: Sequence[Mapping[str, Any]], since: int) -> float | None:
-    """The median grad norm from ``history[since]`` on over :func:`starting_grad_norm`;
+def _gradient_level(history: Sequence[Mapping[str, Any]], since: int,
+                    end: int) -> float | None:
+    """The median grad norm of ``history[since:end]`` over :func:`starting_grad_norm`;
     None without grad norms or with a zero start."""
     start = starting_grad_norm(history)
-    stretch = [v for r in history[since:] for v in [finite_num(r, "grad_norm")] if v is not None]
+    stretch = [v for i in range(since, end) for v in [finite_num(history[i], "grad_norm")]
+               if v is not None]
     if not start or not stretch:
         return None
     return statistics.median(stretch) / start
@@ -222,8 +227,13 @@ def _loss_falling(stretch: Sequence[Mapping[str, Any]]) -> float | None:
     return (drop - noise) / scale
 
 
-def _ratio(report: Mapping[str, Any]) -> float | None:
-    """pred_std / target_std, or None when either is missing, non-finite or target <= 0."""
+def spread_ratio(report: Mapping[str, Any]) -> float | None:
+    """pred_std / target_std, or None when either is missing, non-finite or target <= 0.
+
+    Example:
+        >>> spread_ratio({"pred_std": 0.5, "target_std": 2.0}), spread_ratio({"pred_std": 1})
+        (0.25, None)
+    """
     pred, target = finite_num(report, "pred_std"), finite_num(report, "target_std")
     if pred is None or target is None:
         return None

@@ -20,7 +20,8 @@ from __future__ import annotations
 import math
 from collections.abc import Collection
 
-from sweeps.rules._history import History, finite_num, finite_values
+from sweeps.rules import collapse
+from sweeps.rules._history import History, finite_values
 from sweeps.rules.settings import RuleSettings
 
 #: A held run has run at least this share of its steps, whatever its windows.
@@ -111,9 +112,9 @@ def _collapsed_now(history: History, settings: RuleSettings) -> bool:
     """Whether the newest report carrying ``pred_std`` and ``target_std`` (among the
     newest ``window``) has a ratio below ``collapse_ratio``."""
     for report in reversed(history[-settings.window:]):
-        pred, target = finite_num(report, "pred_std"), finite_num(report, "target_std")
-        if pred is not None and target is not None and target > 0:
-            return pred / target < settings.collapse_ratio
+        ratio = collapse.spread_ratio(report)
+        if ratio is not None:
+            return ratio < settings.collapse_ratio
     return False
 
 
