@@ -149,3 +149,43 @@ def test_leaving_a_collapsed_plateau_is_not_a_blowup():
 
 def test_a_jump_after_outputs_that_were_never_collapsed_is_judged_as_before():
     assert check(_leaving_a_plateau(9.0, ratio=0.5), RuleSettings()).reason == "grad_blowup"
+
+
+def _clipped_run(spike_loss: float | None, *, clipped: float | None = 1.0) -> list[dict]:
+    """A vMF transformer clipped at 1 (lr 0.053): grad norms 0.8-3 before clipping, the
+    loss 0.78-0.98, then one report whose grad norm is 56 (the numbers of a real run)."""
+    history = [{"step": t, "grad_norm": (0.8, 1.0, 3.0)[t % 3],
+                "loss": (0.78, 0.86, 0.98)[t % 3], "clipped": 1.0} for t in range(40)]
+    spike: dict = {"step": 40, "grad_norm": 56.0}
+    if spike_loss is not None:
+        spike["loss"] = spike_loss
+    if clipped is not None:
+        spike["clipped"] = clipped
+    return [*history, spike]
+
+
+def test_a_clipped_spike_the_loss_did_not_follow_is_not_a_blowup():
+    """Clipping bounded the step; the report's loss (0.98) is within the loss's own range:
+    a sharp batch. The run trained on (to val_loss 0.83 at 300 steps)."""
+    assert check(_clipped_run(0.98), S) is None
+    assert evaluate(_clipped_run(0.98), S) is None
+
+
+def test_a_clipped_spike_the_loss_jumped_with_is_a_blowup():
+    """A regression MLP at lr 0.31, clipped: grad norm 31.7 from 0.13, loss 6.2 from 0.94."""
+    for loss in (2.2, 6.2):  # loss / running median just over 2, and the real run's 6.6
+        verdict = check(_clipped_run(loss), S)
+        assert verdict is not None and verdict.reason == "grad_blowup"
+        assert verdict.step == 40 and verdict.evidence["ratio"] > 50
+
+
+def test_a_spike_is_judged_as_before_without_clipping_or_a_loss():
+    assert check(_clipped_run(0.98, clipped=0.0), S) is not None  # not clipped: a full step
+    assert check(_clipped_run(0.98, clipped=None), S) is not None  # the loop did not say
+    assert check(_clipped_run(None), S) is not None  # no loss on the spike's report
+
+
+def test_a_contained_spike_still_hits_the_absolute_cap():
+    history = _clipped_run(0.98)
+    history[-1]["grad_norm"] = 2e4
+    assert check(history, S).evidence == {"grad_norm": 2e4, "cap": 1e4}

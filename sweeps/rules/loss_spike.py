@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from statistics import median
-from typing import Any
+from typing import Any, NamedTuple
 
 from sweeps.rules._history import finite_num, judged_metric, newest_finite, newest_step
 from sweeps.rules.settings import RuleSettings
@@ -37,30 +37,51 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
     """
     if not history:
         return None
-    n = len(history)
-    first = max(0, n - settings.window)
-    key = judged_metric(history, first)
-    if key is None:
+    key = judged_metric(history, max(0, len(history) - settings.window))
+    measured = jump(history, key, settings) if key is not None else None
+    if measured is None or measured.ratio <= settings.spike_ratio:
         return None
-    value = finite_num(history[-1], key)
+    evidence = {
+        "metric": key,
+        "loss": measured.value,
+        "running_median": measured.median,
+        "scale": measured.scale,
+        "ratio": measured.ratio,
+        "threshold": settings.spike_ratio,
+    }
+    return Verdict("loss_spike", newest_step(history), evidence)
+
+
+class Jump(NamedTuple):
+    """The newest value of a metric against the median of its previous values."""
+
+    value: float
+    median: float
+    scale: float
+    ratio: float  #: 1 + (value - median) / scale: value / median for a settled positive loss
+
+
+def jump(history: Sequence[Mapping[str, Any]], key: str, settings: RuleSettings) -> Jump | None:
+    """The newest report's ``key`` measured against the median of the previous
+    ``spike_window`` finite values in the window, in units of their scale (``|median|``,
+    or their range when larger); None without a finite newest value, with fewer than
+    ``spike_min_history`` earlier ones, or a scale of 0.
+
+    Example:
+        >>> history = [{"loss": 1.0} for _ in range(10)] + [{"loss": 3.0}]
+        >>> jump(history, "loss", RuleSettings()).ratio
+        3.0
+    """
+    value = finite_num(history[-1], key) if history else None
     if value is None:
         return None
-    earlier = newest_finite(history, key, first, settings.spike_window, stop=n - 1)
+    n = len(history)
+    earlier = newest_finite(history, key, max(0, n - settings.window), settings.spike_window,
+                            stop=n - 1)
     if len(earlier) < settings.spike_min_history:
         return None
     med = median(earlier)
     scale = max(abs(med), max(earlier) - min(earlier))
     if scale <= 0:
         return None
-    ratio = 1.0 + (value - med) / scale  # = loss / median for a settled positive loss
-    if ratio <= settings.spike_ratio:
-        return None
-    evidence = {
-        "metric": key,
-        "loss": value,
-        "running_median": med,
-        "scale": scale,
-        "ratio": ratio,
-        "threshold": settings.spike_ratio,
-    }
-    return Verdict("loss_spike", newest_step(history), evidence)
+    return Jump(value, med, scale, 1.0 + (value - med) / scale)
