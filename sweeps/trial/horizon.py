@@ -110,7 +110,10 @@ def quiet(history: History, settings: RuleSettings) -> bool:
 
 def _collapsed_now(history: History, settings: RuleSettings) -> bool:
     """Whether the newest report carrying ``pred_std`` and ``target_std`` (among the
-    newest ``window``) has a ratio below ``collapse_ratio``."""
+    newest ``window``) has a ratio below ``collapse_ratio``; never with the ``collapse``
+    rule disabled (the user said collapsed outputs are not a failure of theirs)."""
+    if not settings.is_enabled("collapse"):
+        return False
     for report in reversed(history[-settings.window:]):
         ratio = collapse.spread_ratio(report)
         if ratio is not None:

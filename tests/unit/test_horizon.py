@@ -102,3 +102,14 @@ def test_a_run_whose_outputs_are_collapsed_now_does_not_hold():
     assert horizon.holds_now(settings, 200, learning, 100)
     assert not horizon.quiet(stuck, settings)
     assert not horizon.holds_now(settings, 200, stuck, 100)
+
+
+def test_collapsed_outputs_do_not_keep_a_probe_running_when_collapse_is_disabled():
+    """A user who disabled ``collapse`` (a model whose outputs are legitimately narrow)
+    gets probes that hold on the loss and grad norm alone."""
+    learning = [{"step": s, "loss": 1.0 - 0.008 * s, "grad_norm": 1.0, "pred_std": 0.005,
+                 "target_std": 1.0} for s in range(1, 101)]
+    assert not horizon.quiet(learning, RuleSettings())
+    disabled = RuleSettings(disabled=["collapse"])
+    assert horizon.quiet(learning, disabled)
+    assert horizon.holds_now(disabled, 200, learning, 100)
