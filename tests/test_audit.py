@@ -20,7 +20,15 @@ import pytest
 
 from sweeps.protocol import PRUNED, REASON_KEY, STATUS_KEY
 from sweeps.record.objectives import quality_gap
-from sweeps.results.audit import Rerun, judge, per_rule, pick, rule_line, stopped_trials
+from sweeps.results.audit import (
+    Rerun,
+    held_until,
+    judge,
+    per_rule,
+    pick,
+    rule_line,
+    stopped_trials,
+)
 from sweeps.rules.settings import RuleSettings
 from sweeps.trial.reporter import TrialReporter
 from tests.conftest import copy_sweepfiles, edit_linreg, read_results_csv, run_cli_in
@@ -105,6 +113,7 @@ def test_stuck_and_exploding_trials_failed(audited):
     stuck = _by_lr(out, STUCK)
     assert stuck["reason"] == "flat_at_baseline" and stuck["outcome"] == "failed"
     assert "random-guess" in stuck["why"] and stuck["quality"] > 0.9
+    assert stuck["held_until"] == stuck["steps"], "flat at the random guess to the end"
     boom = _by_lr(out, EXPLODING)
     assert boom["reason"] in ("non_finite", "grad_blowup", "divergence")
     assert boom["outcome"] == "failed" and "non-finite" in boom["why"]
@@ -126,6 +135,7 @@ def test_slow_learners_are_judged_by_how_they_really_ended(audited):
         gap = quality_gap(val.iloc[-1], best, "min", 1.0)
         assert math.isclose(row["gap"], gap, rel_tol=1e-9)
         assert row["outcome"] == ("recovered" if gap <= 0.10 else "poor")
+        assert row["stop_step"] <= row["held_until"] < row["steps"], "it left the band"
         outcomes[lr] = row["outcome"]
     assert outcomes == {SLOW_GOOD: "recovered", SLOW_POOR: "poor"}, "the planted cases"
 
@@ -266,3 +276,22 @@ def test_a_pruned_trial_is_audited_under_its_diagnosis_and_asha_cuts_get_no_prec
     assert table.loc["pruned · collapse", "precision"] == 1.0
     assert math.isnan(table.loc[PRUNED, "precision"])
     assert "no precision" in rule_line(table.reset_index().iloc[1].to_dict())
+
+
+def test_held_until_is_where_the_named_state_first_broke_after_the_stop():
+    """A collapse stop at step 69 whose outputs spread at step 225 (a quickstart run
+    that ended poor at val_loss 1.47) held through 224; a flat stop whose loss stayed at
+    the random guess held to the end; other reasons name no state."""
+    spread = [{"step": s, "pred_std": 0.01 if s < 225 else 0.5, "target_std": 0.58}
+              for s in range(1, 301)]
+    assert held_until(Rerun("c", "collapse", 69, {}, 0, history=spread), RuleSettings()) == 224
+    flat = [{"step": s, "loss": 1.5708 + (0.05 if s % 2 else -0.05)} for s in range(1, 301)]
+    settings = RuleSettings(baseline_loss=1.5708)
+    assert held_until(Rerun("f", "flat_at_baseline", 60, {}, 0, history=flat), settings) == 300
+    learning = [dict(r, loss=r["loss"] - (0.004 * (r["step"] - 100) if r["step"] > 100 else 0))
+                for r in flat]
+    got = held_until(Rerun("f", "flat_at_baseline", 60, {}, 0, history=learning), settings)
+    assert 100 < got < 150  # the running mean left the 5 % band a few reports after 120
+    assert held_until(Rerun("g", "grad_blowup", 60, {}, 0, history=flat), settings) is None
+    assert held_until(Rerun("f", "flat_at_baseline", 60, {}, 0, history=flat),
+                      RuleSettings()) is None  # no baseline: no band

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from sweeps.errors import SpecError
 from sweeps.protocol import CRASH, OK, PRUNED, SEARCH, UNSTABLE
 from sweeps.record.objectives import metric_value, quality_gap, series
+from sweeps.rules.settings import RuleSettings
 from sweeps.state import saved_sweep
 from sweeps.state import seal as state_seal
 from sweeps.state.atomic import replace_dir, write_text
@@ -74,6 +75,7 @@ class Rerun:
     gap: float | None = None
     outcome: str = ""
     why: str = ""
+    held_until: int | None = None       # the last step the stop's condition still held
 
     @property
     def steps(self) -> int:
@@ -282,6 +284,50 @@ def judge(run: Rerun, metric: str, mode: str, best: float | None,
     return run
 
 
+def held_until(run: Rerun, settings: RuleSettings) -> int | None:
+    """The last step of the re-run through which the condition its stop named held,
+    unbroken from the stop on: ``collapse``, every report's spread ratio below
+    ``collapse_ratio``; ``flat_at_baseline``, the training loss's running mean over
+    ``smoothing`` reports within ``flat_tolerance`` x ``baseline_loss`` of the random
+    guess or above it. None for the other reasons, or when the re-run has nothing to
+    show it. A stop whose run ended poor was still right about the state it named
+    when that held for most of the run.
+
+    Example:
+        >>> run = Rerun("t", "collapse", 2, {}, 0, history=[
+        ...     {"step": s, "pred_std": r, "target_std": 1.0}
+        ...     for s, r in enumerate([0.01, 0.01, 0.02, 0.05, 0.5, 0.01], start=1)])
+        >>> held_until(run, RuleSettings())
+        4
+    """
+    from sweeps.rules import collapse
+
+    if run.stop_step is None:
+        return None
+    after = [h for h in run.history if int(h.get("step", 0)) >= run.stop_step]
+    if run.reason == "collapse":
+        marks = [(int(h["step"]), ratio < settings.collapse_ratio) for h in after
+                 if (ratio := collapse.spread_ratio(h)) is not None]
+    elif run.reason == "flat_at_baseline" and settings.baseline_loss is not None:
+        floor = settings.baseline_loss - settings.flat_tolerance * abs(settings.baseline_loss)
+        steps = [int(h["step"]) for h in run.history]
+        losses = [h.get("loss") for h in run.history]
+        n, marks = settings.smoothing, []
+        for i, step in enumerate(steps):
+            recent = [v for v in losses[max(0, i - n + 1):i + 1]
+                      if isinstance(v, (int, float)) and math.isfinite(v)]
+            if step >= run.stop_step and recent:
+                marks.append((step, sum(recent) / len(recent) >= floor))
+    else:
+        return None
+    last = None
+    for step, held in marks:
+        if not held:
+            break
+        last = step
+    return last
+
+
 def _non_finite(value: Any) -> bool:
     return isinstance(value, float) and not math.isfinite(value)
 
@@ -370,9 +416,9 @@ def _rows(reruns: Sequence[Rerun], knobs: Sequence[str], metric: str) -> pd.Data
         "trial_id": r.trial_id, "reason": r.reason, "stop_step": r.stop_step,
         **{k: r.values.get(k) for k in knobs}, "seed": r.seed, "steps": r.steps,
         "metric": metric, "quality": r.quality, "gap": r.gap, "outcome": r.outcome,
-        "why": r.why, "status": r.status, "rerun_reason": r.verdict_reason,
-        "rerun_step": r.verdict_step} for r in reruns]).astype(
-            {"stop_step": "Int64", "rerun_step": "Int64"})
+        "why": r.why, "held_until": r.held_until, "status": r.status,
+        "rerun_reason": r.verdict_reason, "rerun_step": r.verdict_step} for r in reruns]).astype(
+            {"stop_step": "Int64", "rerun_step": "Int64", "held_until": "Int64"})
 
 
 def markdown(sweep_name: str, result: AuditResult, n_stopped: int, sample: int,
@@ -479,6 +525,7 @@ def run_audit(folder: Path, *, sample: int = DEFAULT_SAMPLE, steps: int | None =
     for i, run in enumerate(runs, start=1):
         rerun(sweep, run, budget)
         judge(run, metric, mode, best, sweep.quality_baseline, rules.flat_tolerance, margin)
+        run.held_until = held_until(run, rules)
         echo(f"  {i}/{len(runs)} {_run_line(run, metric)}")
     if best is None:  # no ok search trial: the best re-run that did not fail is the reference
         good = [r.quality for r in runs if r.outcome != "failed" and r.quality is not None]
@@ -505,8 +552,13 @@ def run_audit(folder: Path, *, sample: int = DEFAULT_SAMPLE, steps: int | None =
 
 def _run_line(run: Rerun, metric: str) -> str:
     quality = "-" if run.quality is None else f"{run.quality:.4g}"
+    held = ""
+    if run.held_until is not None:
+        state = "collapsed" if run.reason == "collapse" else "in the random-guess band"
+        held = (f"; {state} through step {run.held_until} of {run.steps}"
+                if run.held_until < run.steps else f"; {state} to the end")
     return (f"{run.trial_id} ({run.reason} @ {_fmt(run.stop_step)}): {run.steps} steps, "
-            f"{metric} {quality}: {run.outcome} ({run.why})")
+            f"{metric} {quality}: {run.outcome} ({run.why}{held})")
 
 
 def _reference(trials: pd.DataFrame, metric: str, mode: str) -> tuple[float | None, str]:
