@@ -37,7 +37,8 @@ STUCK, EXPLODING, SLOW_GOOD, SLOW_POOR = 1.0e-5, 20.0, 0.005, 0.002
 HEALTHY = [0.1, 0.05]
 STEPS = 200
 LINE = re.compile(r"^(\w+): (\d+)(?: of \d+)? audited, (\d+) failed, (\d+) poor, "
-                  r"(\d+) recovered: precision (\d+) %, strict (\d+) %$")
+                  r"(\d+) recovered: precision (\d+) %, strict (\d+) %"
+                  r"(?:; the named state held through half the rest of the run in (\d+) of \d+)?$")
 
 
 def _strict_flat_rules() -> dict:
@@ -147,13 +148,18 @@ def test_printed_precision_matches_audit_csv(audited):
     table = per_rule(_audit(out))
     assert set(lines) == set(table["rule"])
     for rec in table.to_dict(orient="records"):
-        n, failed, poor, recovered, precision, strict = map(int, lines[rec["rule"]])
+        n, failed, poor, recovered, precision, strict = map(int, lines[rec["rule"]][:6])
+        held = lines[rec["rule"]][6]
+        assert (held is None) == (rec["state_held"] is None or math.isnan(rec["state_held"]))
         assert (n, failed, poor, recovered) == (rec["audited"], rec["failed"], rec["poor"],
                                                  rec["recovered"])
         assert precision == round(100 * (1 - recovered / n))
         assert strict == round(100 * failed / n)
     assert lines["flat_at_baseline"][:4] == ("3", "1", "1", "1")
     assert lines["flat_at_baseline"][4] == "67"
+    # the stuck run and the poor slow learner (band left at step ~132 of 200) kept the
+    # state; the good slow learner left it at step ~62, 31 reports after its stop
+    assert lines["flat_at_baseline"][6] == "2" and lines["divergence"][6] is None
     assert "audit.csv" in printed and "audit.md" in printed
 
 

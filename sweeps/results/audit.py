@@ -370,9 +370,19 @@ def per_rule(rows: pd.DataFrame, stopped: pd.DataFrame | None = None) -> pd.Data
         verdict = n and reason != PRUNED  # ASHA's own cut is no verdict to be precise about
         rec.update({"audited": n, **counts,
                     "precision": 1 - counts["recovered"] / n if verdict else float("nan"),
-                    "failed_share": counts["failed"] / n if n else float("nan")})
+                    "failed_share": counts["failed"] / n if n else float("nan"),
+                    "state_held": _state_held(part)})
         out.append(rec)
     return pd.DataFrame(out)
+
+
+def _state_held(part: pd.DataFrame) -> int | None:
+    """How many of a rule's re-runs kept the state its stops named (``held_until``)
+    through at least half of the rest of the run; None when the rule names no state."""
+    if "held_until" not in part or not part["held_until"].notna().any():
+        return None
+    rest = part["steps"] - part["stop_step"]
+    return int(((part["held_until"] - part["stop_step"]) >= rest / 2).fillna(False).sum())
 
 
 def rule_line(rec: Mapping[str, Any]) -> str:
@@ -383,7 +393,11 @@ def rule_line(rec: Mapping[str, Any]) -> str:
             f"{int(rec['poor'])} poor, {int(rec['recovered'])} recovered: ")
     if rec["rule"] == PRUNED:
         return head + "ASHA's cut for trailing quality, no verdict of the rules (no precision)"
-    return head + f"precision {_pct(rec['precision'])}, strict {_pct(rec['failed_share'])}"
+    line = head + f"precision {_pct(rec['precision'])}, strict {_pct(rec['failed_share'])}"
+    held = rec.get("state_held")
+    if held is not None and not (isinstance(held, float) and math.isnan(held)):
+        line += f"; the named state held through half the rest of the run in {int(held)} of {n}"
+    return line
 
 
 def _pct(share: float) -> str:

@@ -282,7 +282,9 @@ def _audit_html(res: Results, folder: Path) -> str:
     return ("<h2 id=audit>Rule audit</h2><p class=muted>Stopped trials re-run to full length "
             "with the rules only watching (<code>sweeps audit</code>): recovered = within "
             "the margin of the best ok trial, failed = non-finite, crashed, at the baseline or "
-            "worse than its start; precision = 1 − recovered / audited. Details: "
+            "worse than its start; precision = 1 − recovered / audited; state_held = "
+            "re-runs whose collapsed outputs or random-guess loss lasted through half the "
+            "rest of the run. Details: "
             f"{_link('audit.md', 'audit.md')}.</p>" + table(rules, folder, sortable=False))
 
 
