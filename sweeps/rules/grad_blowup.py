@@ -73,8 +73,8 @@ def contained(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> b
     Clipping bounds the step taken with a spiking gradient, so the spike alone moves the
     weights no further than any clipped step: a sharp batch, not an explosion. An
     exploding gradient shows in the loss of the same report (regression MLPs at lr 0.13-0.74:
-    the loss 6-750x its running median on the report whose grad norm jumped 30-5000x,
-    clipped or not); a vMF transformer clipped at 1 spiked its grad norm 16-56x its
+    the loss 6-750x its running median on the report whose grad norm jumped 30-5000x, every
+    one of them clipped); a vMF transformer clipped at 1 spiked its grad norm 16-56x its
     running median with the loss within 25 % of its own, and trained on (to val_loss
     0.65-1.07). Reports without ``clipped`` or ``loss`` are never contained.
     """
