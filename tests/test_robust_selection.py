@@ -283,6 +283,42 @@ def test_a_base_config_off_the_search_space_runs_on_the_fresh_seeds_within_the_b
 
 
 @pytest.mark.slow
+def test_a_base_config_off_the_search_space_that_beats_the_search_is_handed_over(
+        linreg_dir, ray_session, capsys):
+    """The base config's lr (0.3) lies above a search space of slow LRs: it ran on the
+    fresh seeds only, held there, and beat every config the search found, so it is rank 1
+    in stable/ (the base config itself) and what `sweeps best` prints, not a worse config
+    with a warning."""
+    edit_linreg(linreg_dir, name="base-wins",
+                search_space={"lr": {"type": "loguniform", "low": 0.003, "high": 0.006}},
+                objectives=[{"metric": "val_loss", "mode": "min"}],
+                budget={"trials": 4, "max_steps": 20, "concurrent": 2, "scheduler": "none"},
+                confirm={"seeds": 2, "lr_probe": 0, "keep": 2},
+                train={"lr": 0.3})
+    assert run_cli_in(linreg_dir, "run", "linreg.yaml") == 0
+    printed = capsys.readouterr().out
+    out = linreg_dir / "results" / "base-wins"
+    trials = read_results_csv(out / "trials.csv")
+    base = trials[trials["role"] == "base"]
+    assert sorted(base["seed"]) == [1, 2] and (base["lr"] == 0.3).all()
+    assert (trials[trials["role"] == "search"]["lr"] <= 0.006).all()
+    pareto = read_results_csv(out / "pareto.csv")
+    top = pareto.query("rank == 1").iloc[0]
+    assert top["trial_id"] in set(base["trial_id"]) and top["selection"] == "confirmed"
+    others = pareto[pareto["trial_id"] != top["trial_id"]]
+    assert (others["val_loss_mean"] > 2 * top["val_loss_mean"]).all(), "the base config won"
+    assert "your base config held and nothing beat it" in printed
+    assert "WORSE than your base config" not in printed
+
+    capsys.readouterr()
+    assert main(["best", str(out)]) == 0
+    best = capsys.readouterr().out.strip()
+    assert yaml.safe_load(open(best))["train"]["lr"] == 0.3
+    header = "".join(line for line in open(best) if line.startswith("#"))
+    assert "your base config's own values" in header and "(search)" not in header
+
+
+@pytest.mark.slow
 def test_configs_the_scheduler_pruned_are_confirmed_when_the_survivors_are_fragile(
         tmp_path_factory, ray_session, capsys):
     """ASHA keeps what is best on the (lucky) search seed: here every survivor is fragile
@@ -394,7 +430,12 @@ def test_racing_spends_a_fragile_candidates_other_runs_on_the_next_candidates(li
         offline.add(f"s{i}", lr)
     chosen = offline.select([f"s{i}" for i in range(len(lrs))])
 
-    assert [c.trial_id for c in chosen.handed_over] == ["s4"], "the fifth candidate holds"
+    held_ids = [c.trial_id for c in chosen.handed_over]
+    assert held_ids[0] == "s4", "the fifth candidate holds"
+    # beside it, only the base config's own values (off the search space: run on the
+    # fresh seeds alone, a candidate like any, apart from confirm.keep)
+    assert [offline.book.trials[t].role for t in held_ids[1:]] == ["base"]
+    assert held_ids[1:] == [chosen.base_id]
     assert [c.verdict for c in chosen.fragile] == ["fragile"] * 4
     for c in chosen.fragile:
         assert len(c.runs) == 1 and c.probe is None, "one re-run settled it"

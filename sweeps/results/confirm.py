@@ -39,7 +39,7 @@ import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from sweeps.protocol import BASE as BASE_ROLE
 from sweeps.protocol import (
@@ -104,6 +104,8 @@ class Confirmation:
     require_margin: bool = False
     #: (its mean, the base config's) on the fresh seeds both ran, when it is worse there.
     behind_base: tuple[float, float] | None = None
+    #: Whether it is a search trial (its ``search`` run is on the search seed).
+    searched: ClassVar[bool] = True
 
     @property
     def margin(self) -> str:
@@ -266,6 +268,27 @@ class Confirmation:
         mean, worst = self.mean, self.worst
         return (sign * mean if mean is not None else math.inf,
                 sign * worst if worst is not None else math.inf)
+
+
+@dataclass
+class OwnBaseConfirmation(Confirmation):
+    """The base config's own values run on the fresh seeds alone (a value lay off the
+    search space, so they were no search trial), judged like any candidate: every run
+    is a fresh seed (``search`` is the first of them, not a seed of its own)."""
+
+    searched: ClassVar[bool] = False
+
+    def _values(self, fresh_only: bool) -> list[float]:
+        return [r.quality for r in self.runs if r.status == OK and r.quality is not None
+                and math.isfinite(r.quality)]
+
+    @property
+    def by_seed(self) -> dict[int, float | None]:
+        return {r.seed: r.quality for r in self.runs}
+
+    @property
+    def estimate(self) -> float | None:
+        return self.mean
 
 
 @dataclass
@@ -492,6 +515,24 @@ def judge(sweep: Sweep, book: TrialBook, rec: TrialRecord, on_front: bool) -> Co
     return conf
 
 
+def judge_own_base(sweep: Sweep, book: TrialBook) -> OwnBaseConfirmation | None:
+    """The base config as a candidate when its values lay off the search space and it ran
+    on the fresh seeds (:func:`plan_base`): it holds or not like any config, so when it
+    is the best that held it is what ``stable/`` hands over. None otherwise."""
+    if base_trial(sweep, book) is not None or not sweep.spec.confirm.base:
+        return None
+    runs = sorted((r for r in book.trials.values() if r.role == BASE_ROLE and r.finished),
+                  key=lambda r: r.seed)
+    if not runs:
+        return None
+    quality = sweep.objectives[0]
+    seeds = [SeedRun.of(r, quality.metric) for r in runs]
+    return OwnBaseConfirmation(runs[0].trial_id, quality, sweep.spec.confirm.tolerance,
+                               planned=len(fresh_seeds(sweep)), search=seeds[0], runs=seeds,
+                               on_front=False, baseline=sweep.quality_baseline,
+                               require_margin=sweep.spec.confirm.require_margin)
+
+
 def base_reference(sweep: Sweep, book: TrialBook) -> BaseReference | None:
     """The base config on the seeds it ran: its search trial and that trial's fresh-seed
     runs, or its own fresh-seed runs when it was off the search space."""
@@ -666,6 +707,10 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
             run_stage(plan(sweep, book, alive))
         judged += [verdict(r) for r in batch]
     run_stage(base_runs)
+    own = judge_own_base(sweep, book)
+    if own is not None:  # off the search space: a candidate beside what the search found
+        judged.append(own)
+        base_id = own.trial_id
     mark_poor(judged, base_reference(sweep, book), base_id)
     if not any(c.holds for c in judged) and judged:
         notes.append(_unsettled_note(sweep, book, judged))

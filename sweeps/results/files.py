@@ -186,7 +186,7 @@ def _confirmation_text(sweep: Sweep, conf: Confirmation) -> str:
 
 
 def _quality_text(conf: Confirmation) -> str:
-    search = " (search)" if conf.search.status == OK else \
+    search = "" if not conf.searched else " (search)" if conf.search.status == OK else \
         f" (search, {conf.search.status} at step {conf.search.stop_step or '?'}: not counted)"
     seeds = ", ".join(f"{s}{search if s == conf.search.seed else ''}: "
                       + ("-" if v is None else f"{v:.4g}") for s, v in conf.by_seed.items())
@@ -203,10 +203,12 @@ def provenance(sweep: Sweep, chosen: Selection, rank: int, conf: Confirmation,
     out: dict[str, Any] = {
         "rank": f"{rank} of {len(chosen.handed_over)} {kind} configs, by mean {metric} over "
                 "fresh seeds",
-        "trial": f"{rec.trial_id} (search seed {rec.seed})",
+        "trial": f"{rec.trial_id} (search seed {rec.seed})" if conf.searched else
+                 f"{rec.trial_id} (your base config's own values: off the search space, "
+                 "run on the fresh seeds only)",
         f"{metric} by seed": _quality_text(conf),
-        "search objectives": {o.metric: v for o, v in zip(sweep.objectives, values,
-                                                           strict=True)},
+        "search objectives" if conf.searched else f"objectives on seed {rec.seed}":
+            {o.metric: v for o, v in zip(sweep.objectives, values, strict=True)},
         "knobs": dict(rec.values),
         "confirmation": _confirmation_text(sweep, conf),
     }
