@@ -287,11 +287,11 @@ def judge(run: Rerun, metric: str, mode: str, best: float | None,
 def held_until(run: Rerun, settings: RuleSettings) -> int | None:
     """The last step of the re-run through which the condition its stop named held,
     unbroken from the stop on: ``collapse``, every report's spread ratio below
-    ``collapse_ratio``; ``flat_at_baseline``, the training loss's running mean over
-    ``smoothing`` reports within ``flat_tolerance`` x ``baseline_loss`` of the random
-    guess or above it. None for the other reasons, or when the re-run has nothing to
-    show it. A stop whose run ended poor was still right about the state it named
-    when that held for most of the run.
+    ``collapse_ratio``; ``flat_at_baseline``, the training loss's (else ``val_loss``'s)
+    running mean over ``smoothing`` reports within ``flat_tolerance`` x
+    ``baseline_loss`` of the random guess or above it. None for the other reasons, or
+    when the re-run has nothing to show it. A stop whose run ended poor was still right
+    about the state it named when that held for most of the run.
 
     Example:
         >>> run = Rerun("t", "collapse", 2, {}, 0, history=[
@@ -310,8 +310,9 @@ def held_until(run: Rerun, settings: RuleSettings) -> int | None:
                  if (ratio := collapse.spread_ratio(h)) is not None]
     elif run.reason == "flat_at_baseline" and settings.baseline_loss is not None:
         floor = settings.baseline_loss - settings.flat_tolerance * abs(settings.baseline_loss)
+        key = "loss" if any("loss" in h for h in run.history) else "val_loss"  # as the rule
         steps = [int(h["step"]) for h in run.history]
-        losses = [h.get("loss") for h in run.history]
+        losses = [h.get(key) for h in run.history]
         n, marks = settings.smoothing, []
         for i, step in enumerate(steps):
             recent = [v for v in losses[max(0, i - n + 1):i + 1]
