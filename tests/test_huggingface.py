@@ -178,6 +178,32 @@ def test_a_retried_trial_resumes_from_the_trainers_last_save(tmp_path):
     assert not quiet.checkpoints and trainer.args.save_strategy == "no"
 
 
+def test_without_an_eval_dataset_the_trainer_saves_each_quarter_and_a_retry_resumes(tmp_path):
+    """Nothing evaluates, so no evaluation can carry a save: the Trainer saves at each
+    quarter of max_steps instead, and a retried trial continues from the last save."""
+    train_set, _ = example.make_datasets(DATA)
+
+    def config() -> dict:
+        return {**BASE, "data": DATA, "training_args": {
+            **BASE["training_args"], "per_device_train_batch_size": 8, "eval_strategy": "no"},
+            "sweep": {"trial_id": "t", "seed": 1, "max_steps": 12, "device": "cpu"}}
+
+    first = Reports()
+    trainer = train_hf(config(), first, model_init=model_init, train_dataset=train_set)
+    assert trainer.args.save_strategy == "steps" and trainer.args.save_steps == 3
+    assert [r["step"] for r in first] == list(range(1, 13)), "every step reported once"
+    assert [step for step, _ in first.checkpoints] == [3, 6, 9, 12]
+    assert not any("val_loss" in r for r in first)
+    path = tmp_path / "state.pt"
+    torch.save(first.checkpoints[1][1], path)  # the worker died after step 6's save
+    retried = config()
+    retried["sweep"]["checkpoint"] = str(path)
+    again = Reports()
+    train_hf(retried, again, model_init=model_init, train_dataset=train_set)
+    assert [r["step"] for r in again] == [7, 8, 9, 10, 11, 12], "continues after the save"
+    assert again[0]["loss"] == pytest.approx(first[6]["loss"], rel=1e-4)
+
+
 @pytest.mark.slow
 def test_the_hooks_work_in_a_compiled_model():
     """torch_compile (the aot_eager backend: dynamo and AOTAutograd without inductor's

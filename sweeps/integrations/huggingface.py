@@ -226,7 +226,8 @@ def sweep_training_args(config: Mapping[str, Any], output_dir: str, *,
     the device (``use_cpu`` on ``cpu``). For a sweep: ``output_dir``, no reporting
     integrations, no progress bars (unless the section sets ``disable_tqdm``) and, when
     ``evaluate`` and the section does not evaluate, an evaluation at the last step; no
-    checkpoints, or with ``checkpoint`` one at each evaluation (the last one kept).
+    checkpoints, or with ``checkpoint`` one at each evaluation (the last one kept; without
+    evaluations, at each quarter of ``max_steps``, else each epoch).
     Everything else is the section as written.
 
     Example:
@@ -258,6 +259,11 @@ def sweep_training_args(config: Mapping[str, Any], output_dir: str, *,
         args.update(save_strategy=strategy, save_total_limit=1, save_only_model=False)
         if strategy == "steps":
             args["save_steps"] = args.get("eval_steps") or args.get("logging_steps") or 500
+    elif checkpoint:  # nothing evaluates: save at each quarter of the run (else each epoch)
+        steps = int(args.get("max_steps") or 0)
+        args.update(save_total_limit=1, save_only_model=False,
+                    **({"save_strategy": "steps", "save_steps": max(1, steps // 4)}
+                       if steps > 0 else {"save_strategy": "epoch"}))
     return args
 
 
@@ -332,9 +338,10 @@ def train_hf(config: Mapping[str, Any], report: Report, *, train_dataset: Any,
     ``trainer_kwargs`` go to the Trainer (``data_collator``, ``processing_class``,
     ``compute_metrics``, ``callbacks``, ...); ``trainer_class`` is a Trainer subclass of
     yours. With an ``eval_dataset``, ``val_loss`` is reported at least at the last step.
-    ``checkpoint``: the Trainer saves at each evaluation and sweeps keeps the last save,
-    so a trial whose worker died resumes from it (``resume_from_checkpoint``) instead of
-    from step 0; ``False`` for a model too large to save that often.
+    ``checkpoint``: the Trainer saves at each evaluation (without an ``eval_dataset``, at
+    each quarter of the run) and sweeps keeps the last save, so a trial whose worker died
+    resumes from it (``resume_from_checkpoint``) instead of from step 0; ``False`` for a
+    model too large to save that often.
 
     Example (a trainer for a sweep file's ``trainer: train:train``)::
 
@@ -344,13 +351,12 @@ def train_hf(config: Mapping[str, Any], report: Report, *, train_dataset: Any,
     """
     from transformers import PrinterCallback, Trainer, TrainingArguments
 
-    saving = checkpoint and eval_dataset is not None
-    callback = SweepsCallback(report, checkpoint=saving)
+    callback = SweepsCallback(report, checkpoint=checkpoint)
     callbacks = [*(trainer_kwargs.pop("callbacks", None) or []), callback]
     restored = (config.get("sweep") or {}).get("checkpoint")  # a retried trial's last save
     with tempfile.TemporaryDirectory(prefix="sweeps-hf-") as output_dir:
         values = sweep_training_args(config, output_dir, section=section,
-                                     evaluate=eval_dataset is not None, checkpoint=saving)
+                                     evaluate=eval_dataset is not None, checkpoint=checkpoint)
         if compile_mode is not None:
             values.update(compile_args(compile_mode))
         args = TrainingArguments(**values)
