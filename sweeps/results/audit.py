@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from sweeps.errors import SpecError
 from sweeps.protocol import CRASH, OK, PRUNED, SEARCH, UNSTABLE
 from sweeps.record.objectives import metric_value, quality_gap, series
+from sweeps.rules._history import newest_finite
 from sweeps.rules.settings import RuleSettings
 from sweeps.state import saved_sweep
 from sweeps.state import seal as state_seal
@@ -264,7 +265,7 @@ def judge(run: Rerun, metric: str, mode: str, best: float | None,
     judged, value = (metric, run.quality) if mode == "min" else \
         ("loss", (series(hist, "loss") or [None])[-1])
     if baseline is not None and value is not None and \
-            value >= baseline - tolerance * baseline:
+            no_better_than_guess(value, baseline, tolerance):
         run.outcome = "failed"
         run.why = (f"ended at {judged} {value:.4g}, no better than the random-guess "
                    f"{baseline:.4g} (band {tolerance:g} x baseline)")
@@ -309,16 +310,13 @@ def held_until(run: Rerun, settings: RuleSettings) -> int | None:
         marks = [(int(h["step"]), ratio < settings.collapse_ratio) for h in after
                  if (ratio := collapse.spread_ratio(h)) is not None]
     elif run.reason == "flat_at_baseline" and settings.baseline_loss is not None:
-        floor = settings.baseline_loss - settings.flat_tolerance * abs(settings.baseline_loss)
         key = "loss" if any("loss" in h for h in run.history) else "val_loss"  # as the rule
-        steps = [int(h["step"]) for h in run.history]
-        losses = [h.get(key) for h in run.history]
-        n, marks = settings.smoothing, []
-        for i, step in enumerate(steps):
-            recent = [v for v in losses[max(0, i - n + 1):i + 1]
-                      if isinstance(v, (int, float)) and math.isfinite(v)]
-            if step >= run.stop_step and recent:
-                marks.append((step, sum(recent) / len(recent) >= floor))
+        marks = []
+        for i, h in enumerate(run.history):
+            recent = newest_finite(run.history, key, 0, settings.smoothing, stop=i + 1)
+            if int(h["step"]) >= run.stop_step and recent:
+                marks.append((int(h["step"]), no_better_than_guess(
+                    sum(recent) / len(recent), settings.baseline_loss, settings.flat_tolerance)))
     else:
         return None
     last = None
@@ -327,6 +325,12 @@ def held_until(run: Rerun, settings: RuleSettings) -> int | None:
             break
         last = step
     return last
+
+
+def no_better_than_guess(value: float, baseline: float, tolerance: float) -> bool:
+    """Whether a loss is within ``tolerance`` x ``baseline`` of the random-guess
+    ``baseline`` or above it: what the audit calls ending at the random guess."""
+    return value >= baseline - tolerance * baseline
 
 
 def _non_finite(value: Any) -> bool:
