@@ -300,6 +300,8 @@ class BaseReference:
     runs: list[SeedRun] = field(default_factory=list)
     #: The search seed (the base config's search trial ran there, when it was one).
     search_seed: int | None = None
+    #: The trial of its first run (its search trial, or its run on the first fresh seed).
+    trial_id: str = ""
 
     @property
     def fresh(self) -> dict[int, float]:
@@ -515,21 +517,18 @@ def judge(sweep: Sweep, book: TrialBook, rec: TrialRecord, on_front: bool) -> Co
     return conf
 
 
-def judge_own_base(sweep: Sweep, book: TrialBook) -> OwnBaseConfirmation | None:
+def judge_own_base(sweep: Sweep, book: TrialBook,
+                   ref: BaseReference | None) -> OwnBaseConfirmation | None:
     """The base config as a candidate when its values lay off the search space and it ran
-    on the fresh seeds (:func:`plan_base`): it holds or not like any config, so when it
-    is the best that held it is what ``stable/`` hands over. None otherwise."""
-    if base_trial(sweep, book) is not None or not sweep.spec.confirm.base:
+    on the fresh seeds (:func:`plan_base`; ``ref``, its :func:`base_reference`): it holds
+    or not like any config, so when it is the best that held it is what ``stable/``
+    hands over. None otherwise."""
+    if ref is None or not sweep.spec.confirm.base or base_trial(sweep, book) is not None:
         return None
-    runs = sorted((r for r in book.trials.values() if r.role == BASE_ROLE and r.finished),
-                  key=lambda r: r.seed)
-    if not runs:
-        return None
-    quality = sweep.objectives[0]
-    seeds = [SeedRun.of(r, quality.metric) for r in runs]
-    return OwnBaseConfirmation(runs[0].trial_id, quality, sweep.spec.confirm.tolerance,
-                               planned=len(fresh_seeds(sweep)), search=seeds[0], runs=seeds,
-                               on_front=False, baseline=sweep.quality_baseline,
+    return OwnBaseConfirmation(ref.trial_id, ref.quality, sweep.spec.confirm.tolerance,
+                               planned=len(fresh_seeds(sweep)), search=ref.runs[0],
+                               runs=list(ref.runs), on_front=False,
+                               baseline=sweep.quality_baseline,
                                require_margin=sweep.spec.confirm.require_margin)
 
 
@@ -545,10 +544,10 @@ def base_reference(sweep: Sweep, book: TrialBook) -> BaseReference | None:
     if not runs:
         return None
     quality = sweep.objectives[0]
-    ref = BaseReference(dict(runs[0].values), quality,
-                        [SeedRun.of(r, quality.metric) for r in runs], sweep.spec.seed)
-    ref.runs.sort(key=lambda r: (r.seed != sweep.spec.seed, r.seed))
-    return ref
+    runs.sort(key=lambda r: (r.seed != sweep.spec.seed, r.seed))
+    return BaseReference(dict(runs[0].values), quality,
+                         [SeedRun.of(r, quality.metric) for r in runs], sweep.spec.seed,
+                         runs[0].trial_id)
 
 
 Runner = Callable[[list[dict[str, Any]], str], None]
@@ -707,16 +706,16 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
             run_stage(plan(sweep, book, alive))
         judged += [verdict(r) for r in batch]
     run_stage(base_runs)
-    own = judge_own_base(sweep, book)
+    ref = base_reference(sweep, book)
+    own = judge_own_base(sweep, book, ref)
     if own is not None:  # off the search space: a candidate beside what the search found
         judged.append(own)
         base_id = own.trial_id
-    mark_poor(judged, base_reference(sweep, book), base_id)
+    mark_poor(judged, ref, base_id)
     if not any(c.holds for c in judged) and judged:
         notes.append(_unsettled_note(sweep, book, judged))
     holding = sorted((c for c in judged if c.holds), key=Confirmation.rank_key)
-    return Selection(holding + [c for c in judged if not c.holds],
-                     base_reference(sweep, book),
+    return Selection(holding + [c for c in judged if not c.holds], ref,
                      steps_by_kind(book, base_id), notes, base_id)
 
 

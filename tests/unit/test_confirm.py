@@ -14,6 +14,7 @@ from sweeps.results.confirm import (
     BaseReference,
     SeedRun,
     affordable,
+    base_reference,
     fresh_seeds,
     judge,
     judge_own_base,
@@ -220,23 +221,27 @@ def test_a_base_config_off_the_search_space_is_judged_on_its_fresh_seeds(
     held = [_rerun("b", 1, 0.20, kind="base"), _rerun("b", 2, 0.22, kind="base")]
     for r in held:
         r.role = "base"
-    own = judge_own_base(sweep, book_of(sweep, search, *held))
+    def own_base(sweep: Sweep, *records: TrialRecord):
+        book = book_of(sweep, *records)
+        return judge_own_base(sweep, book, base_reference(sweep, book))
+
+    own = own_base(sweep, search, *held)
     assert own is not None and not own.searched and own.trial_id == "base-b-1"
     assert own.mean == pytest.approx(0.21) and own.by_seed == {1: 0.20, 2: 0.22}
     assert own.verdict == "confirmed" and own.margin == "untested"  # no probe for it
     held[1].status, held[1].reason = "unstable", "non_finite"
     held[1].history = [{"step": 5}]
-    broken = judge_own_base(sweep, book_of(sweep, search, *held))
+    broken = own_base(sweep, search, *held)
     assert broken.verdict == "fragile" and "seed 2: non_finite" in broken.fragile_reason
-    only_one = judge_own_base(sweep, book_of(sweep, search, held[0]))
+    only_one = own_base(sweep, search, held[0])
     assert only_one.verdict == "incomplete"  # 1 of its 2 fresh seeds recorded
     # inside the space it is a search trial, judged as one: no own-base candidate
     inside = load_linreg(tmp_path / "in", confirm={"seeds": 2})
     base_trial = rec("s0", values={"lr": 0.1}, val_loss=0.3)
-    assert judge_own_base(inside, book_of(inside, base_trial)) is None
-    assert judge_own_base(load_linreg(tmp_path / "none", search_space={"lr": {
+    assert own_base(inside, base_trial) is None
+    assert own_base(load_linreg(tmp_path / "none", search_space={"lr": {
         "type": "loguniform", "low": 1e-3, "high": 0.05}}, confirm={"seeds": 2, "base": False}),
-        book_of(sweep, *held)) is None  # confirm.base: false
+        *held) is None  # confirm.base: false
 
 
 def _spent(sweep: Sweep, steps: int) -> TrialBook:
