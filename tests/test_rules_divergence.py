@@ -158,3 +158,34 @@ def test_a_negative_log_likelihood_that_gives_back_its_fall_diverges():
     assert verdict is not None and verdict.evidence["reference_kind"] == "fall_from_start"
     assert verdict.step < 150 + 100, "caught before it is back near its start level"
     assert first_firing(losses(fall + [fall[-1]] * 100)) is None  # settled below zero
+
+
+def _learnt_then_bumped(peak: float, after: float = 0.25) -> list[float]:
+    """An angular loss (random guess pi/2) that fell to ~0.2, climbed to ``peak`` over
+    25 reports and went on at ``after`` (0.25: fell back as the LR decayed, as an Adam
+    run at lr 0.1 without clipping did; it ended at val_loss 0.157, better than the base
+    config's 0.176)."""
+    rng = np.random.default_rng(0)
+    fall = [0.2 + 0.6 * math.exp(-t / 15) for t in range(105)]
+    climb = [0.2 + (peak - 0.2) * k / 25 for k in range(1, 26)]
+    back = [after] * 70
+    return [v * (1 + 0.1 * rng.standard_normal()) for v in fall + climb + back]
+
+
+def test_a_bump_that_leaves_the_run_far_better_than_guessing_is_not_divergence():
+    values = _learnt_then_bumped(peak=0.62)
+    assert first_firing(losses(values)) is not None  # without a baseline: 3x its low
+    assert first_firing(losses(values), RuleSettings(baseline_loss=math.pi / 2)) is None
+
+
+def test_a_climb_that_gives_back_half_the_gain_over_guessing_is_divergence():
+    verdict = first_firing(losses(_learnt_then_bumped(peak=1.3, after=1.3)),
+                           RuleSettings(baseline_loss=math.pi / 2))
+    assert verdict is not None and verdict.evidence["smoothed_loss"] > 0.2 + 0.5 * 1.37
+    # exponential growth from the low point still fails, only later than without a baseline
+    values = [0.2 + 0.6 * math.exp(-t / 15) for t in range(105)] + \
+        [0.2 * 1.03 ** k for k in range(1, 100)]
+    plain = first_firing(losses(values))
+    guessed = first_firing(losses(values), RuleSettings(baseline_loss=math.pi / 2))
+    assert plain is not None and guessed is not None
+    assert plain.step < guessed.step <= plain.step + 30  # 137 and 164: loss 0.41, 0.90

@@ -22,6 +22,9 @@ RISING_SHARE = 0.75
 NOISE_Z = 8.0
 #: Fewest finite losses a climb is judged on (windows shrink to fit fewer than the settings').
 MIN_REPORTS = 6
+#: With ``baseline_loss`` set, the share of the run's gain below the random guess a climb
+#: must give back: a bump that leaves the run far better than guessing is not divergence.
+GIVE_BACK = 0.5
 
 
 def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdict | None:
@@ -40,10 +43,13 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
       run that doubles its loss within a few reports is stopped then;
     * over ``divergence_ratio`` x the reference: the lowest of the smallest smoothed
       loss in the window, the smoothed loss at the start of the run and
-      ``baseline_loss`` when set. A loss that has fallen to or below zero (a negative
-      log-likelihood) is judged by what it gave back instead: it fails once it has
-      risen ``divergence_ratio - 1`` times its fall from the run's start above its
-      lowest point;
+      ``baseline_loss`` when set; with ``baseline_loss`` set, also over halfway
+      (``GIVE_BACK``) from the window's lowest smoothed loss back to the baseline, so a
+      bump of a run that learnt well (0.2 -> 0.6 against a random guess of 1.57, which
+      the LR schedule takes back) is not read as divergence. A loss that has fallen to
+      or below zero (a negative log-likelihood) is judged by what it gave back instead:
+      it fails once it has risen ``divergence_ratio - 1`` times its fall from the run's
+      start above its lowest point;
     * above the reference by more than ``NOISE_Z`` (8) standard deviations of the
       smoothed loss's noise (estimated from successive differences in the window), so
       a very noisy loss is not read as a climb.
@@ -108,18 +114,23 @@ def _windows(available: int, settings: RuleSettings) -> tuple[int, int]:
 def _limit(low: float, start: float | None,
            settings: RuleSettings) -> tuple[float | None, float, str]:
     """(the smoothed loss above which the run diverges, its reference, the reference's
-    kind). Positive references: ``divergence_ratio`` x the lowest of them; a loss that
-    fell to or below zero: its lowest point plus ``divergence_ratio - 1`` times its fall
-    from the start."""
+    kind). Positive references: ``divergence_ratio`` x the lowest of them, and with a
+    baseline above the run's lowest point at least halfway back to it; a loss that fell
+    to or below zero: its lowest point plus ``divergence_ratio - 1`` times its fall from
+    the start."""
     ratio = settings.divergence_ratio
     if low <= 0:
         if start is None or start <= low:
             return None, low, "window_min"
         return low + (ratio - 1) * (start - low), low, "fall_from_start"
-    references = {"window_min": low, "run_start": start, "baseline": settings.baseline_loss}
+    baseline = settings.baseline_loss
+    references = {"window_min": low, "run_start": start, "baseline": baseline}
     usable = {k: v for k, v in references.items() if v is not None and v > 0}
     kind = min(usable, key=usable.__getitem__)
-    return ratio * usable[kind], usable[kind], kind
+    limit = ratio * usable[kind]
+    if baseline is not None and low < baseline:
+        limit = max(limit, low + GIVE_BACK * (baseline - low))
+    return limit, usable[kind], kind
 
 
 def _explosion(history: Sequence[Mapping[str, Any]], newest: float,
