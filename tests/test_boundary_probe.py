@@ -75,6 +75,10 @@ def test_boundary_outside_the_range_is_said():
     up = probe(edge_run({0: 1e9}), 1.0, 0.1, 10.0, seeds=[0], steps_per_run=STEPS)
     assert (up.low, up.high) == (10.0, None)
     assert "raise --range HIGH" in boundary.summary(up)[0]
+    # no edge seen: no LR a margin below it (such a value was never run)
+    assert up.advice()["lr"] is None
+    assert any(line.startswith("advice: none for lr: nothing up to 10 failed")
+               for line in boundary.summary(up))
     down = probe(edge_run({0: 1e-9}), 1.0, 0.1, 10.0, seeds=[0], steps_per_run=STEPS)
     assert (down.low, down.high) == (None, 0.1)
     assert "lower --range LOW" in boundary.summary(down)[0]

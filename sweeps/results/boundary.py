@@ -98,13 +98,16 @@ class Boundary:
 
     def advice(self) -> dict[str, Any]:
         """What to use: ``lr`` a :data:`~sweeps.results.stability.SAFETY_MARGIN` below the
-        largest value that held (None when none did), and ``grad_clip`` from the pre-clip
-        grad norms of the runs that held, as the grid advises it (``grad_clip_why``)."""
+        largest value that held, once the probe found the edge above it (None when none
+        held, or nothing failed: a margin below an edge nobody saw is a value nobody ran),
+        and ``grad_clip`` from the pre-clip grad norms of the runs that held, as the grid
+        advises it (``grad_clip_why``)."""
         from sweeps.results.stability import SAFETY_MARGIN, clip_from_norms
 
         norms = [v for p in self.points for r in p.runs if r.held for v in r.grad_norms]
         clip, why = clip_from_norms(norms, "probe runs that held")
-        return {"lr": self.low / SAFETY_MARGIN if self.low is not None else None,
+        edge_seen = self.low is not None and self.high is not None
+        return {"lr": self.low / SAFETY_MARGIN if edge_seen else None,
                 "margin": SAFETY_MARGIN, "grad_clip": clip, "grad_clip_why": why}
 
     @property
@@ -298,6 +301,10 @@ def summary(b: Boundary, name: str = "lr") -> list[str]:
     if advice["lr"] is not None:
         lines.append(f"advice: {name} {advice['lr']:.4g} ({advice['margin']:g}x below "
                      f"{b.low:.4g}, the largest that held: a margin below the edge)")
+    elif b.low is not None:
+        lines.append(f"advice: none for {name}: nothing up to {b.low:.4g} failed, so there "
+                     "is no edge to keep a margin from (held means no rule fired, not "
+                     "that it trained well)")
     if advice["grad_clip"] is not None:
         lines.append(f"advice: grad_clip {advice['grad_clip']:.3g} "
                      f"({advice['grad_clip_why']})")
