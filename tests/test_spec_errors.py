@@ -41,7 +41,17 @@ CASES = {
         "greater than 0"),
     "low > high": (lambda d: d["search_space"].update(
         lr={"type": "loguniform", "low": 1.0, "high": 0.1}), "search_space.lr",
-        "low must not exceed high"),
+        "swap them: low: 0.1, high: 1.0"),
+    "choices a scalar": (lambda d: d["search_space"].update(
+        lr={"type": "categorical", "choices": 0.1}), "search_space.lr.choices",
+        "write a list, e.g. [0.1]"),
+    "a choice that is a list": (lambda d: d["search_space"].update(
+        lr={"type": "categorical", "choices": [[0.9, 0.999], [0.9, 0.95]]}),
+        "search_space.lr.choices.0", "name each choice with a string"),
+    "write_back to a section": (lambda d: d["write_back"].update(lr="train"),
+                                "write_back.lr", "write the knob to one of its keys (train.lr"),
+    "write_back path not in the config": (lambda d: d["write_back"].update(lr="train.lrr"),
+                                          "write_back.lr", "did you mean 'train.lr'? Else"),
     "unknown compile mode": (lambda d: (d["search_space"].update(
         compile={"type": "categorical", "choices": ["none", "turbo"]}),
         d["write_back"].update(compile="train.compile")), "search_space.compile",

@@ -27,7 +27,7 @@ from pydantic import (
 from sweeps.errors import SpecError, a_type
 from sweeps.rules.settings import RuleSettings
 from sweeps.spec import hydra_config, probed, strict_yaml
-from sweeps.spec.config_paths import collision, split_path, with_values
+from sweeps.spec.config_paths import collision, get_path, split_path, with_values
 from sweeps.spec.space import (
     KNOB_TYPES,
     Categorical,
@@ -371,11 +371,7 @@ def load_sweep_dict(data: Any, *, base_dir: Path, workdir: Path,
     objectives = list(spec.objectives)
     notes: list[str] = new_path_notes(spec.write_back, base_config)
     if notes and not spec.new_keys:
-        knob, _, rest = notes[0].partition(": ")
-        raise SpecError(knob, rest.replace(" and will be added to it", "").replace(
-            " (the trainer must read it there)", ", so the trainer would never see the "
-            "sampled value"), "write the path your trainer reads, add the key to the base "
-            "config, or set 'new_keys: true' in the sweep file to add it")
+        raise _missing_path_error(spec.write_back, base_config)
     compile_knob = space.get("compile")
     if compile_knob is not None and not compile_knob.is_fixed() and not any(
             o.metric == "step_time" for o in objectives):
@@ -545,6 +541,28 @@ def new_path_notes(write_back: dict[str, str], base_config: dict[str, Any]) -> l
     return notes
 
 
+def _missing_path_error(write_back: dict[str, str], base_config: dict[str, Any]) -> SpecError:
+    """The first write-back path the base config lacks as a value, as one clear error: a
+    section (a Hydra config group) is named as such, a typo gets the closest path."""
+    leaves = _leaf_paths(base_config)
+    knob, path = next((k, p) for k, p in write_back.items() if p not in leaves)
+    key = f"write_back.{knob}"
+    section = get_path(base_config, path, None)
+    if isinstance(section, Mapping):
+        inner = [leaf for leaf in leaves if leaf.startswith(path + ".")]
+        return SpecError(key, f"'{path}' is a section of the base config, not a value, so "
+                         "a knob cannot be written there",
+                         f"write the knob to one of its keys ({', '.join(inner[:4])}); a "
+                         "Hydra config group's choice (e.g. optimizer=sgd) cannot be "
+                         "searched, see docs/sweep-file.md")
+    near = difflib.get_close_matches(path, leaves, n=1)
+    hint = f"did you mean '{near[0]}'? Else w" if near else "W"
+    return SpecError(key, f"'{path}' is not in the base config, so the trainer would never "
+                     "see the sampled value",
+                     f"{hint}rite the path your trainer reads, add the key to the base "
+                     "config, or set 'new_keys: true' in the sweep file to add it")
+
+
 def _check_initial_points(points: list[dict[str, Any]], space: dict[str, _Knob]) -> None:
     for i, point in enumerate(points):
         for name, value in point.items():
@@ -648,10 +666,32 @@ def _spec_error(exc: ValidationError, root: str, model: Any) -> SpecError:
     if etype in ("union_tag_invalid", "union_tag_not_found"):
         return SpecError(key if key.endswith(".type") else f"{key}.type",
                          "unknown knob type", f"use one of {', '.join(KNOB_TYPES)}")
-    fix = _value_fix(model, loc, err.get("input"))
+    choice = _choice_error(loc, err.get("input"))
+    if choice is not None:
+        return SpecError(".".join([root, *choice[0]] if root else choice[0]), *choice[1:])
+    fix = (err.get("ctx") or {}).get("fix") or _value_fix(model, loc, err.get("input"))
+    if etype == "list_type" and not isinstance(err.get("input"), (dict, list)):
+        fix = f"write a list, e.g. [{err.get('input')}]"
     if etype == "value_error":
         return SpecError(key, msg.removeprefix("Value error, "), fix)
     return SpecError(key, msg[0].lower() + msg[1:], fix)
+
+
+def _choice_error(loc: list[str], given: Any) -> tuple[list[str], str, str] | None:
+    """A categorical choice that is a list or mapping: (key path, problem, fix), else None.
+
+    Pydantic names each scalar type it tried (``choices.0.bool``); the user needs to hear
+    that a choice is one value."""
+    at = next((i for i, p in enumerate(loc) if p == "choices"), None)
+    if at is None or at + 1 >= len(loc) or not loc[at + 1].isdigit() or \
+            not isinstance(given, (list, dict)):
+        return None
+    kind = "list" if isinstance(given, list) else "mapping"
+    return (loc[: at + 2], f"a choice is one value (a number, string, true/false or null), "
+            f"not a {kind} like {given!r}",
+            "name each choice with a string (e.g. choices: [adam_default, adam_095]) and map "
+            "the name to its value in your trainer, or search each number as a knob of "
+            "its own")
 
 
 def _value_fix(model: Any, loc: list[str], given: Any) -> str:

@@ -6,6 +6,7 @@ import math
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from sweeps.spec.probed import ProbedHigh
 
@@ -13,6 +14,14 @@ if TYPE_CHECKING:  # Optuna is imported when a distribution is built: loading a 
     import optuna
 
 Scalar = bool | int | float | str
+
+
+def _check_order(low: float, high: float) -> None:
+    """A range's ends in order, else an error whose fix says to swap them."""
+    if low > high:
+        raise PydanticCustomError("range_order", "low {low} exceeds high {high}",
+                                  {"low": low, "high": high,
+                                   "fix": f"swap them: low: {high}, high: {low}"})
 
 
 class _Knob(BaseModel):
@@ -34,8 +43,7 @@ class LogUniform(_Knob):
 
     @model_validator(mode="after")
     def _order(self) -> LogUniform:
-        if self.low > self.high:
-            raise ValueError("low must not exceed high")
+        _check_order(self.low, self.high)
         return self
 
     def distribution(self) -> optuna.distributions.BaseDistribution:
@@ -56,8 +64,7 @@ class Uniform(_Knob):
 
     @model_validator(mode="after")
     def _order(self) -> Uniform:
-        if self.low > self.high:
-            raise ValueError("low must not exceed high")
+        _check_order(self.low, self.high)
         return self
 
     def distribution(self) -> optuna.distributions.BaseDistribution:
@@ -77,8 +84,7 @@ class IntRange(_Knob):
 
     @model_validator(mode="after")
     def _check(self) -> IntRange:
-        if self.low > self.high:
-            raise ValueError("low must not exceed high")
+        _check_order(self.low, self.high)
         if self.log and self.low < 1:
             raise ValueError("a log-scale int range needs low >= 1")
         if self.log and self.step != 1:
