@@ -11,7 +11,7 @@ import yaml
 from sweeps.protocol import WORSE_THAN_BASE
 from sweeps.spec.config_paths import with_values
 from sweeps.spec.hydra_config import overrides
-from sweeps.spec.loader import Sweep
+from sweeps.spec.loader import Sweep, unmapped_step_count
 from sweeps.state.atomic import write_text
 
 
@@ -33,6 +33,12 @@ def render(sweep: Sweep, values: dict[str, Any], provenance: dict[str, Any]) -> 
         if isinstance(value, dict):
             value = ", ".join(f"{k}={_fmt(v)}" for k, v in value.items())
         lines.append(f"# {key}: {_fmt(value)}")
+    steps = sweep.spec.budget.max_steps
+    lines.append(f"# steps per run: {steps} (budget.max_steps)")
+    unmapped = unmapped_step_count(sweep.spec, sweep.space, sweep.base_config)
+    if unmapped is not None:
+        lines.append(f"# WARNING: {unmapped[0]} below is {unmapped[1]}, not the {steps} steps "
+                     f"these values ran and held at: train {steps} steps")
     body = yaml.safe_dump(config_for(sweep, values), sort_keys=False,
                           default_flow_style=False, allow_unicode=True)
     return "\n".join(lines) + "\n" + body

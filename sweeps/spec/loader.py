@@ -44,6 +44,12 @@ from sweeps.spec.trainer_loader import load_trainer, search_paths
 from sweeps.trial.compile import COMPILE_MODES
 
 RESERVED_KEY = "sweep"
+#: A ``write_back`` entry that is no knob: where the user's config keeps its step count;
+#: every trial's config and every handed-over config get ``budget.max_steps`` there.
+STEPS_KNOB = "max_steps"
+#: Leaf names that usually hold a config's step count (for the note when none is mapped).
+STEP_COUNT_NAMES = ("max_steps", "steps", "num_steps", "total_steps", "train_steps",
+                    "n_steps", "max_iters", "num_iterations", "iterations")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _KNOB = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -238,9 +244,23 @@ class Sweep:
     def name(self) -> str:
         return self.spec.name
 
-    def values_by_path(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        """Knob values keyed by their write-back paths."""
-        return {self.spec.write_back[k]: v for k, v in values.items()}
+    def values_by_path(self, values: Mapping[str, Any],
+                       max_steps: int | None = None) -> dict[str, Any]:
+        """Knob values keyed by their write-back paths, and the step count (``max_steps``,
+        else ``budget.max_steps``) at ``write_back.max_steps`` when the sweep maps it."""
+        out = {self.spec.write_back[k]: v for k, v in values.items() if k != STEPS_KNOB}
+        steps_path = self.steps_path
+        if steps_path is not None:
+            out[steps_path] = max_steps or self.spec.budget.max_steps
+        return out
+
+    @property
+    def steps_path(self) -> str | None:
+        """Where the user's config keeps its step count (``write_back.max_steps`` when it
+        is no knob of the search space), else None."""
+        if STEPS_KNOB in self.space:
+            return None
+        return self.spec.write_back.get(STEPS_KNOB)
 
     @property
     def quality_baseline(self) -> float | None:
@@ -305,7 +325,7 @@ class Sweep:
     def trial_config(self, values: Mapping[str, Any], *, trial_id: str, seed: int,
                      max_steps: int | None = None) -> dict[str, Any]:
         """The config a trainer receives: base config, knob values merged, ``sweep`` key."""
-        config = with_values(self.base_config, self.values_by_path(values))
+        config = with_values(self.base_config, self.values_by_path(values, max_steps))
         config[RESERVED_KEY] = {"trial_id": trial_id, "seed": seed,
                                 "max_steps": max_steps or self.spec.budget.max_steps,
                                 "device": "cpu", "gpu_ids": []}
@@ -385,6 +405,7 @@ def load_sweep_dict(data: Any, *, base_dir: Path, workdir: Path,
         seen.add(obj.metric)
     if to_probe:
         notes.append(probed.note(getattr(space["lr"], "low", 0.0)))
+    notes += step_count_notes(spec, space, base_config)
     paths = search_paths(base_dir, workdir)
     sweep = Sweep(spec=spec, base_dir=base_dir, base_config=base_config, space=space,
                   trainer_paths=paths, output_dir=(workdir / spec.output / spec.name).resolve(),
@@ -524,6 +545,34 @@ def _leaf_paths(config: Mapping[str, Any], prefix: str = "") -> list[str]:
     return out
 
 
+def unmapped_step_count(spec: SweepFile, space: Mapping[str, Any],
+                        base_config: dict[str, Any]) -> tuple[str, Any] | None:
+    """(path, value) of a step count in the base config that differs from
+    ``budget.max_steps`` while ``write_back.max_steps`` maps nothing, else None: a
+    handed-over config would keep it and train a different length than was confirmed."""
+    if STEPS_KNOB in spec.write_back or STEPS_KNOB in space:
+        return None
+    for path in _leaf_paths(base_config):
+        value = get_path(base_config, path, None)
+        if path.rsplit(".", 1)[-1] in STEP_COUNT_NAMES and isinstance(value, int) and \
+                not isinstance(value, bool) and value != spec.budget.max_steps:
+            return path, value
+    return None
+
+
+def step_count_notes(spec: SweepFile, space: Mapping[str, Any],
+                     base_config: dict[str, Any]) -> list[str]:
+    """A note when the base config's own step count differs from the trials' (see
+    :func:`unmapped_step_count`)."""
+    found = unmapped_step_count(spec, space, base_config)
+    if found is None:
+        return []
+    path, value = found
+    return [f"your config's {path} is {value} but every trial runs budget.max_steps = "
+            f"{spec.budget.max_steps}: add 'max_steps: {path}' under write_back so the "
+            "trials and the handed-over configs carry the steps they ran"]
+
+
 def new_path_notes(write_back: dict[str, str], base_config: dict[str, Any]) -> list[str]:
     """A note per write-back path the base config does not have (a typo writes a key the
     trainer never reads), with the closest existing path."""
@@ -593,7 +642,7 @@ def _check_compile(knob: _Knob, key: str) -> None:
 def _check_write_back(write_back: dict[str, str], space: dict[str, _Knob],
                       base_config: dict[str, Any]) -> None:
     for knob in write_back:
-        if knob not in space:
+        if knob not in space and knob != STEPS_KNOB:
             near = difflib.get_close_matches(knob, list(space), n=1)
             hint = f"did you mean '{near[0]}'?" if near else \
                 f"knobs in the search space: {', '.join(space)}"

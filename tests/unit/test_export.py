@@ -39,3 +39,34 @@ def test_write_config_writes_atomically_and_reads_back(linreg_sweep: Sweep,
     assert sorted(p.name for p in path.parent.iterdir()) == ["best.overrides", "best.yaml"], \
         "no temporary file left behind"
     assert path.with_suffix(".overrides").read_text() == "train.lr=0.5\n"
+
+
+def test_a_config_step_count_unlike_the_budget_is_noted_and_warned_in_the_header(
+        tmp_path: Path) -> None:
+    from tests.unit.conftest import load_linreg
+
+    sweep = load_linreg(tmp_path, budget={"max_steps": 40})  # train.steps stays 60
+    assert any("train.steps is 60 but every trial runs budget.max_steps = 40" in note
+               and "'max_steps: train.steps' under write_back" in note for note in sweep.notes)
+    header = render(sweep, {"lr": 0.2}, {}).splitlines()
+    assert "# steps per run: 40 (budget.max_steps)" in header
+    assert any(line.startswith("# WARNING: train.steps below is 60, not the 40 steps")
+               for line in header)
+
+
+def test_write_back_max_steps_carries_the_steps_run_into_trials_and_hand_overs(
+        tmp_path: Path) -> None:
+    from tests.unit.conftest import load_linreg
+
+    sweep = load_linreg(tmp_path, budget={"max_steps": 40},
+                        write_back={"lr": "train.lr", "max_steps": "train.steps"})
+    assert not any("budget.max_steps" in note for note in sweep.notes)
+    assert list(sweep.space) == ["lr"]  # not a knob
+    assert sweep.trial_config({"lr": 0.2}, trial_id="t", seed=0)["train"]["steps"] == 40
+    short = sweep.trial_config({"lr": 0.2}, trial_id="t", seed=0, max_steps=10)
+    assert short["train"]["steps"] == 10 and short["sweep"]["max_steps"] == 10
+    path = write_config(tmp_path / "best.yaml", sweep, {"lr": 0.2}, {})
+    assert yaml.safe_load(path.read_text())["train"] == {"lr": 0.2, "steps": 40,
+                                                         "fail": "none"}
+    assert path.with_suffix(".overrides").read_text() == "train.lr=0.2 train.steps=40\n"
+    assert not any(line.startswith("# WARNING") for line in path.read_text().splitlines())
