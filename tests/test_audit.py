@@ -269,6 +269,22 @@ def test_judge_outcomes(vals, status, outcome, why):
     assert run.outcome == outcome and why in run.why
 
 
+@pytest.mark.parametrize(("loss", "acc", "outcome", "why"), [
+    (0.50, 0.6328, "poor", "15% worse than the best 0.6836"),  # of the gain over 1/3
+    (0.50, 0.66, "recovered", "within"),
+    (1.09, 0.34, "failed", "ended at loss 1.09, no better than the random-guess 1.099"),
+])
+def test_an_accuracy_is_judged_against_its_own_baseline_and_the_loss_against_the_loss(
+        loss, acc, outcome, why):
+    """A max objective (3-class accuracy, random guess 1/3) with the loss's own random
+    guess (ln 3): the loss is never compared with the accuracy's baseline."""
+    hist = [{"step": 1, "loss": 1.1, "eval_accuracy": 0.33},
+            {"step": 2, "loss": loss, "eval_accuracy": acc}]
+    run = judge(_run(hist), "eval_accuracy", "max", best=0.6836, baseline=1 / 3,
+                tolerance=0.05, margin=0.1, loss_baseline=math.log(3))
+    assert run.outcome == outcome and why in run.why, run.why
+
+
 def test_a_pruned_trial_is_audited_under_its_diagnosis_and_asha_cuts_get_no_precision():
     frame = pd.DataFrame({
         "trial_id": ["t0", "t1", "t2"], "role": ["search"] * 3,

@@ -88,9 +88,10 @@ def metric_value(history: Sequence[Mapping[str, Any]], metric: str) -> float | N
 
 def gap_scale(best: float, mode: str, baseline: float | None) -> float:
     """What a quality gap is measured against: ``best``'s improvement over the random-guess
-    loss ``baseline`` when a ``min`` objective sits below it, else ``|best|``."""
-    if baseline is not None and mode == "min" and best < baseline:
-        return baseline - best
+    value ``baseline`` when it beats it (below it for ``min``, above it for ``max``), else
+    ``|best|``."""
+    if baseline is not None and (best < baseline if mode == "min" else best > baseline):
+        return abs(baseline - best)
     return abs(best)
 
 

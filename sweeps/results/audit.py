@@ -240,8 +240,14 @@ def rerun(sweep: Sweep, run: Rerun, steps: int) -> Rerun:
 
 
 def judge(run: Rerun, metric: str, mode: str, best: float | None,
-          baseline: float | None, tolerance: float, margin: float) -> Rerun:
-    """Set the re-run's quality, gap, outcome and why (see the module docstring)."""
+          baseline: float | None, tolerance: float, margin: float,
+          loss_baseline: float | None = None) -> Rerun:
+    """Set the re-run's quality, gap, outcome and why (see the module docstring).
+
+    ``baseline`` is the quality metric's random-guess value (gaps are shares of the
+    improvement over it); ``loss_baseline`` the training loss's, judged in place of a
+    ``max`` metric (an accuracy) for "ended at the random guess" (default ``baseline``
+    for a ``min`` metric)."""
     hist = run.history
     run.quality = metric_value(hist, metric) if hist else None
     reported = [h[metric] for h in hist if isinstance(h.get(metric), float)]
@@ -262,13 +268,13 @@ def judge(run: Rerun, metric: str, mode: str, best: float | None,
     if run.quality is None or not math.isfinite(run.quality):
         run.outcome, run.why = "failed", f"never reported a finite {metric}"
         return run
-    judged, value = (metric, run.quality) if mode == "min" else \
-        ("loss", (series(hist, "loss") or [None])[-1])
-    if baseline is not None and value is not None and \
-            no_better_than_guess(value, baseline, tolerance):
+    judged, value, guess = (metric, run.quality, baseline) if mode == "min" else \
+        ("loss", (series(hist, "loss") or [None])[-1], loss_baseline)
+    if guess is not None and value is not None and \
+            no_better_than_guess(value, guess, tolerance):
         run.outcome = "failed"
         run.why = (f"ended at {judged} {value:.4g}, no better than the random-guess "
-                   f"{baseline:.4g} (band {tolerance:g} x baseline)")
+                   f"{guess:.4g} (band {tolerance:g} x baseline)")
         return run
     worse = _worse_than_start(hist, metric, mode)
     if worse:
@@ -543,7 +549,8 @@ def run_audit(folder: Path, *, sample: int = DEFAULT_SAMPLE, steps: int | None =
          f"each re-run to {budget} steps with the rules only watching")
     for i, run in enumerate(runs, start=1):
         rerun(sweep, run, budget)
-        judge(run, metric, mode, best, sweep.quality_baseline, rules.flat_tolerance, margin)
+        judge(run, metric, mode, best, sweep.quality_baseline, rules.flat_tolerance, margin,
+              rules.baseline_loss)
         run.held_until = held_until(run, rules)
         echo(f"  {i}/{len(runs)} {_run_line(run, metric)}")
     if best is None:  # no ok search trial: the best re-run that did not fail is the reference
@@ -554,7 +561,7 @@ def run_audit(folder: Path, *, sample: int = DEFAULT_SAMPLE, steps: int | None =
             notes.append("no search trial finished ok; the best re-run is the reference")
             for run in runs:
                 judge(run, metric, mode, best, sweep.quality_baseline, rules.flat_tolerance,
-                      margin)
+                      margin, rules.baseline_loss)
                 echo(f"  judged against the best re-run: {_run_line(run, metric)}")
     knobs = [k for k in sweep.space if not sweep.space[k].is_fixed()]
     rows = _rows(runs, knobs, metric)

@@ -265,10 +265,13 @@ class Sweep:
     @property
     def quality_baseline(self) -> float | None:
         """The quality objective's random-guess value: its own ``baseline``, else
-        ``rules.baseline_loss``."""
+        ``rules.baseline_loss`` for a ``min`` objective (a loss; an accuracy to maximise
+        has no loss's baseline)."""
         first = self.objectives[0] if self.objectives else None
         if first is not None and first.baseline is not None:
             return first.baseline
+        if first is not None and first.mode == "max":
+            return None
         return self.spec.rules.baseline_loss
 
     def resolved(self) -> dict[str, Any]:

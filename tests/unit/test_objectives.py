@@ -74,10 +74,23 @@ def test_quality_gap_against_the_improvement_over_baseline() -> None:
     assert objs.quality_gap(0.05, 0.1, "min", baseline=1.0) < 0
 
 
-def test_gap_scale_uses_baseline_only_below_it_for_min() -> None:
+def test_gap_scale_uses_baseline_only_where_best_beats_it() -> None:
     assert objs.gap_scale(0.2, "min", 1.0) == pytest.approx(0.8)
     assert objs.gap_scale(1.5, "min", 1.0) == 1.5
     assert objs.gap_scale(-2.0, "max", 1.0) == 2.0
+    # an accuracy of 0.9688 over a random guess of 1/3: 0.6836 is 45 % of the way back
+    assert objs.gap_scale(0.9688, "max", 1 / 3) == pytest.approx(0.9688 - 1 / 3)
+    assert objs.quality_gap(0.6836, 0.9688, "max", 1 / 3) == pytest.approx(0.449, abs=1e-3)
+
+
+def test_a_max_objective_takes_no_loss_baseline(tmp_path) -> None:
+    from tests.unit.conftest import load_linreg
+
+    accuracy = [{"metric": "val_acc", "mode": "max"}]
+    assert load_linreg(tmp_path / "a", objectives=accuracy).quality_baseline is None
+    own = [{"metric": "val_acc", "mode": "max", "baseline": 0.1}]
+    assert load_linreg(tmp_path / "b", objectives=own).quality_baseline == 0.1
+    assert load_linreg(tmp_path / "c").quality_baseline == 1.0  # val_loss: rules' loss
 
 
 def test_summary_finals_peaks_minima() -> None:
