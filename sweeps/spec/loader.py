@@ -409,6 +409,10 @@ def load_sweep_dict(data: Any, *, base_dir: Path, workdir: Path,
     if to_probe:
         notes.append(probed.note(getattr(space["lr"], "low", 0.0)))
     notes += step_count_notes(spec, space, base_config)
+    if objectives and objectives[0].mode == "max" and objectives[0].baseline is None:
+        notes.append(f"objectives.0: {objectives[0].metric} (max) has no baseline, so quality "
+                     "gaps are shares of the best value; set 'baseline:' to what a random guess "
+                     "scores (e.g. 1/classes for an accuracy)")
     paths = search_paths(base_dir, workdir)
     sweep = Sweep(spec=spec, base_dir=base_dir, base_config=base_config, space=space,
                   trainer_paths=paths, output_dir=(workdir / spec.output / spec.name).resolve(),

@@ -87,7 +87,9 @@ def test_a_max_objective_takes_no_loss_baseline(tmp_path) -> None:
     from tests.unit.conftest import load_linreg
 
     accuracy = [{"metric": "val_acc", "mode": "max"}]
-    assert load_linreg(tmp_path / "a", objectives=accuracy).quality_baseline is None
+    unset = load_linreg(tmp_path / "a", objectives=accuracy)
+    assert unset.quality_baseline is None
+    assert any(n.startswith("objectives.0: val_acc (max) has no baseline") for n in unset.notes)
     own = [{"metric": "val_acc", "mode": "max", "baseline": 0.1}]
     assert load_linreg(tmp_path / "b", objectives=own).quality_baseline == 0.1
     assert load_linreg(tmp_path / "c").quality_baseline == 1.0  # val_loss: rules' loss
