@@ -10,7 +10,12 @@ import json
 import pytest
 
 from sweeps.record.book import TrialRecord
-from sweeps.trial.knob_check import compile_ignored, inert_knob, lr_ignored
+from sweeps.trial.knob_check import (
+    compile_ignored,
+    inert_knob,
+    lr_ignored,
+    unreported_objective,
+)
 from tests.conftest import edit_linreg, run_cli_in
 
 
@@ -90,3 +95,33 @@ def test_a_compile_knob_the_trainer_ignores_stops_the_sweep(linreg_dir, ray_sess
     err, ran = _run_refused(linreg_dir, "eager")
     assert "error: write_back.compile:" in err and "not one compiled a graph" in err
     assert ran.count("search") <= 6, "no trial starts once the problem is known"
+
+
+def _ended_without(i: int, metric: str, reported: str = "val_loss") -> TrialRecord:
+    rec = TrialRecord(trial_id=str(i), values={"lr": 0.1}, seed=0, role="search")
+    rec.history = [{"step": 1, "loss": 1.0, reported: 0.5}]
+    rec.finished, rec.status, rec.reason = True, "crash", "bad_metric"
+    rec.evidence = {"metric": metric}
+    return rec
+
+
+def test_an_objective_no_trial_reports_is_caught_after_two_trials():
+    one = [_ended_without(0, "val_los")]
+    assert unreported_objective(one, ["val_los"]) is None, "one trial is too few"
+    two = [*one, _ended_without(1, "val_los")]
+    found = unreported_objective(two, ["val_los"])
+    assert found.key == "objectives.0.metric" and "did you mean 'val_loss'?" in found.fix
+    assert "(they reported: loss, val_loss)" in found.why
+    reported = [*two, _ended_without(2, "x", reported="val_los")]  # one trial did report it
+    assert unreported_objective(reported, ["val_los"]) is None
+
+
+def test_an_objective_the_trainer_never_reports_stops_the_sweep(linreg_dir, ray_session):
+    edit_linreg(linreg_dir, name="misnamed",
+                objectives=[{"metric": "val_los", "mode": "min"},
+                            {"metric": "instability", "mode": "min"}],
+                budget={"trials": 12, "max_steps": 30, "concurrent": 2, "scheduler": "none"},
+                confirm={"seeds": 0})
+    err, ran = _run_refused(linreg_dir, "misnamed")
+    assert "error: objectives.0.metric:" in err and "did you mean 'val_loss'?" in err
+    assert ran.count("search") <= 4, "no trial starts once the problem is known"

@@ -34,7 +34,8 @@ from sweeps.state import seal as state_seal
 from sweeps.state.atomic import write_text
 from sweeps.state.layout import SELECTION_NOTES, STUDY_FILE, TRACKING_NOTE
 from sweeps.terminal import echo_stderr
-from sweeps.trial.knob_check import inert_knob
+from sweeps.trial.knob_check import inert_knob, unreported_objective
+from sweeps.trial.run import trainer_metrics
 from sweeps.tune.experiments import run_configs, run_search
 from sweeps.tune.searcher import fail_interrupted, study_storage
 from sweeps.tune.session import ray_running
@@ -191,7 +192,8 @@ def _execute(sweep: Sweep, *, address: str | None, progress: bool, tracking_uri:
             book.set_aside_unfinished()
         with ray_running(address):
             run_search(sweep, book, progress=progress, resume=resume)
-            inert = inert_knob(book.trials.values())
+            inert = inert_knob(book.trials.values()) or unreported_objective(
+                book.trials.values(), trainer_metrics(sweep))
             if inert is not None:
                 raise SpecError(inert.key, inert.why, inert.fix)
             if resume:

@@ -11,11 +11,16 @@ that does nothing; where the trials show it, the sweep stops after a few of them
 - ``compile``: every trial records what torch compiled. When the trials labelled with a
   compiled mode all compiled no graph at all, the trainer never compiles (it does not
   read the compile knob's path, or never calls ``sweeps.compile_model``).
+
+The same stop comes when the trainer never reports an objective's metric: two search
+trials ran to their end without it (``bad_metric``) and none ever reported it, so every
+further trial would too (``objectives.N.metric``, with the closest metric it did report).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import difflib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from sweeps.protocol import CRASH, SEARCH
@@ -78,15 +83,45 @@ def compile_ignored(records: Iterable[TrialRecord]) -> str | None:
 
 @dataclass(frozen=True)
 class InertKnob:
-    """A searched knob the trials show the trainer ignores: why, and the fix."""
+    """A searched knob the trials show the trainer ignores (or an objective it never
+    reports: ``where`` names that key): why, and the fix."""
 
     knob: str
     why: str
     fix: str
+    where: str | None = None
 
     @property
     def key(self) -> str:
-        return f"write_back.{self.knob}"
+        return self.where or f"write_back.{self.knob}"
+
+
+#: Search trials that ended without an objective's metric before the sweep stops.
+UNREPORTED_TRIALS = 2
+
+
+def unreported_objective(records: Iterable[TrialRecord],
+                         metrics: Sequence[str]) -> InertKnob | None:
+    """An objective metric (of ``metrics``, the ones the trainer must report) that
+    :data:`UNREPORTED_TRIALS` search trials ended without and no trial ever reported."""
+    records = [r for r in records if r.role == SEARCH and r.finished]
+    for index, metric in enumerate(metrics):
+        if any(metric in h for r in records for h in r.history):
+            continue
+        ended = [r for r in records
+                 if r.reason == "bad_metric" and r.evidence.get("metric") == metric]
+        if len(ended) < UNREPORTED_TRIALS:
+            continue
+        seen = sorted({k for r in records for h in r.history for k, v in h.items()
+                       if isinstance(v, (int, float)) and not isinstance(v, bool)
+                       and k != "step"})
+        near = difflib.get_close_matches(metric, seen, n=1, cutoff=0.5)
+        hint = f"did you mean '{near[0]}'? " if near else ""
+        return InertKnob(metric, f"{len(ended)} search trials ran to their end and never "
+                         f"reported {metric!r} (they reported: {', '.join(seen) or 'nothing'})",
+                         f"{hint}Name a metric your trainer reports, or report "
+                         f"{metric!r} from it", where=f"objectives.{index}.metric")
+    return None
 
 
 def inert_knob(records: Iterable[TrialRecord]) -> InertKnob | None:

@@ -39,7 +39,8 @@ from sweeps.spec.config_paths import get_path
 from sweeps.spec.loader import Sweep
 from sweeps.spec.space import central_value, contains, optuna_space
 from sweeps.state.layout import STUDY_FILE
-from sweeps.trial.knob_check import inert_knob
+from sweeps.trial.knob_check import inert_knob, unreported_objective
+from sweeps.trial.run import trainer_metrics
 from sweeps.tune import compat
 
 #: Optuna constraint name: 1.0 (violated) for a trial that ended unstable or crashed.
@@ -218,7 +219,8 @@ class StabilityAwareSearch(OptunaSearch):
         if trial_id in completed or trial_id not in ot_trials:
             return
         if not getattr(self, "inert", None):
-            self.inert = inert_knob(self.book.trials.values())
+            self.inert = inert_knob(self.book.trials.values()) or unreported_objective(
+                self.book.trials.values(), trainer_metrics(self.book.sweep))
         if rec.status == OK and self.race.wants(rec):
             self._deferred.add(trial_id)
             return
