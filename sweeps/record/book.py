@@ -199,7 +199,8 @@ class TrialBook:
 
     def set_aside_unfinished(self) -> list[str]:
         """Forget trials that were running when the driver died (their journal is kept as
-        ``<id>.jsonl.interrupted``); Ray Tune restarts them or the searcher replaces them."""
+        ``<id>.jsonl.interrupted``); Ray Tune restarts them (and their reports come back
+        with their first new one: :meth:`_carry_set_aside`) or the searcher replaces them."""
         gone = [t for t, rec in self.trials.items() if not rec.finished]
         for trial_id in gone:
             del self.trials[trial_id]
@@ -220,7 +221,23 @@ class TrialBook:
             self.trials[trial_id] = rec
             self.journal.write(trial_id, "trial", {"values": rec.values, "seed": rec.seed,
                                                    "role": rec.role, "lr_scale": rec.lr_scale})
+            self._carry_set_aside(rec)
         return rec
+
+    def _carry_set_aside(self, rec: TrialRecord) -> None:
+        """A trial Ray Tune restarts after ``sweeps resume`` keeps what it reported before
+        the driver died: those reports go back into its history (and journal), and its
+        first new report rewinds to where it resumed (a checkpoint, or step 1), as after a
+        worker's retry."""
+        reports = [payload for kind, payload in self.journal.read_set_aside(rec.trial_id)
+                   if kind == "metrics"]
+        if not reports:
+            return
+        for report in reports:
+            _append(rec, report)
+            self.journal.write(rec.trial_id, "metrics", report)
+        rec.resuming = True
+        self.journal.write(rec.trial_id, "retry", {"retries": rec.retries})
 
     def _save_outcome(self, rec: TrialRecord) -> None:
         self.journal.write(rec.trial_id, "outcome", {

@@ -176,5 +176,17 @@ class Journal:
             out[path.stem] = events
         return out
 
+    def read_set_aside(self, trial_id: str) -> list[tuple[str, dict[str, Any]]]:
+        """The events of ``<trial_id>.jsonl.interrupted`` (a trial that was running when
+        the driver died), or [] without one; a torn last line is skipped."""
+        path = self.folder / f"{trial_id}.jsonl.interrupted"
+        if not path.is_file():
+            return []
+        events = []
+        for value in parse_lines(path, event_problem).lines:
+            (kind, payload), = value.items()
+            events.append((kind, {k: _number(v) for k, v in payload.items()}))
+        return events
+
     def __getstate__(self) -> dict[str, Any]:
         return {"folder": self.folder, "_files": {}}

@@ -102,14 +102,21 @@ def candidates(book: TrialBook, records: list[TrialRecord], front: list[TrialRec
 
     A scheduler such as ASHA keeps what is best on the search seed, so when that is a lucky
     seed the configs that hold everywhere may all have been pruned; confirmation runs
-    them to full length on fresh seeds (their short search run does not count)."""
+    them to full length on fresh seeds (their short search run does not count).
+
+    A trial whose quality is no better than the random guess (its gain over the quality
+    baseline under :data:`MIN_GAIN` of the best trial's) is no candidate: fresh seeds of
+    a config that learnt nothing are steps spent to find it ``poor``."""
     quality = objectives[0]
     sign = 1.0 if quality.mode == "min" else -1.0
     ids = {r.trial_id for r in front}
+    floor = _guess_floor(book, records, quality)
     rest, cut = [], []
     for rec in records:
         value = objs.metric_value(rec.history, quality.metric)
         if rec.trial_id in ids or value is None or not math.isfinite(value):
+            continue
+        if floor is not None and sign * value >= floor:
             continue
         if rec.status == OK:
             rest.append((sign * value, rec))
@@ -118,3 +125,26 @@ def candidates(book: TrialBook, records: list[TrialRecord], front: list[TrialRec
     rest.sort(key=lambda vr: vr[0])
     cut.sort(key=lambda vr: vr[0])
     return list(front) + [rec for _, rec in rest] + [rec for _, rec in cut]
+
+
+#: A candidate must have gained at least this share of the best trial's gain over the
+#: random guess (see :func:`candidates`).
+MIN_GAIN = 0.1
+
+
+def _guess_floor(book: TrialBook, records: list[TrialRecord],
+                 quality: Objective) -> float | None:
+    """The signed quality (smaller is better) at or past which a trial learnt nothing: the
+    random guess plus :data:`MIN_GAIN` of the best ``ok`` trial's gain over it; None
+    without a quality baseline or a trial that beat it."""
+    baseline = book.sweep.baseline_of(quality)
+    if baseline is None:
+        return None
+    sign = 1.0 if quality.mode == "min" else -1.0
+    values = [sign * v for r in records if r.status == OK
+              for v in [objs.metric_value(r.history, quality.metric)]
+              if v is not None and math.isfinite(v)]
+    best, guess = (min(values) if values else None), sign * baseline
+    if best is None or best >= guess:
+        return None
+    return guess - MIN_GAIN * (guess - best)

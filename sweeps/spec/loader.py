@@ -267,12 +267,14 @@ class Sweep:
         """The quality objective's random-guess value: its own ``baseline``, else
         ``rules.baseline_loss`` for a ``min`` objective (a loss; an accuracy to maximise
         has no loss's baseline)."""
-        first = self.objectives[0] if self.objectives else None
-        if first is not None and first.baseline is not None:
-            return first.baseline
-        if first is not None and first.mode == "max":
-            return None
-        return self.spec.rules.baseline_loss
+        return self.baseline_of(self.objectives[0]) if self.objectives else \
+            self.spec.rules.baseline_loss
+
+    def baseline_of(self, objective: Objective) -> float | None:
+        """An objective's random-guess value (see :attr:`quality_baseline`)."""
+        if objective.baseline is not None:
+            return objective.baseline
+        return None if objective.mode == "max" else self.spec.rules.baseline_loss
 
     def resolved(self) -> dict[str, Any]:
         """The sweep as one self-contained document (base config and space inline), as

@@ -120,3 +120,23 @@ def test_candidates_max_mode_best_first(linreg_sweep: Sweep) -> None:
     book = book_of(linreg_sweep, *records)
     assert _ids(candidates(book, records, [], [Objective(metric="acc", mode="max")])) == [
         "b", "a"]
+
+
+def test_a_trial_that_learnt_nothing_is_no_candidate(linreg_sweep: Sweep) -> None:
+    # baseline_loss 1.0: the best gained 0.9; 0.97 and a cut at 0.95 gained 3-6 % of that
+    best, slow = rec("best", val_loss=0.1), rec("slow", val_loss=0.85)
+    chance = rec("chance", val_loss=0.97)
+    cut, cut_chance = rec("cut", status="pruned", val_loss=0.5), \
+        rec("cut_chance", status="pruned", val_loss=0.95)
+    records = [best, slow, chance, cut, cut_chance]
+    book = book_of(linreg_sweep, *records)
+    assert _ids(candidates(book, records, [best], [QUALITY], pruned=True)) == [
+        "best", "slow", "cut"]
+    # an accuracy with its own random guess (1/3 for 3 classes); none without one
+    acc = [rec("a", acc=0.97), rec("b", acc=0.3535), rec("c", status="pruned", acc=0.34),
+           rec("d", status="pruned", acc=0.6)]
+    book = book_of(linreg_sweep, *acc)
+    three = Objective(metric="acc", mode="max", baseline=1 / 3)
+    assert _ids(candidates(book, acc, [], [three], pruned=True)) == ["a", "d"]
+    no_guess = Objective(metric="acc", mode="max")
+    assert _ids(candidates(book, acc, [], [no_guess], pruned=True)) == ["a", "b", "d", "c"]
