@@ -461,7 +461,7 @@ def base_point(sweep: Sweep) -> dict[str, Any] | None:
     from sweeps.spec.space import contains, optuna_space
     from sweeps.trial.tryout import try_values
 
-    if not sweep.spec.confirm.base:
+    if not sweep.spec.confirm.base or sweep.base_unset:
         return None
     values = try_values(sweep, {})
     varying = optuna_space(sweep.space)
@@ -488,7 +488,7 @@ def plan_base(sweep: Sweep, book: TrialBook) -> list[dict[str, Any]]:
     comparison with what the search hands over is on the fresh seeds."""
     from sweeps.trial.tryout import try_values
 
-    if not sweep.spec.confirm.base or not sweep.spec.confirm.seeds or \
+    if not sweep.spec.confirm.base or not sweep.spec.confirm.seeds or sweep.base_unset or \
             base_trial(sweep, book) is not None:
         return []
     done = {r.seed for r in book.trials.values() if r.role == BASE_ROLE}

@@ -44,6 +44,8 @@ from sweeps.spec.trainer_loader import load_trainer, search_paths
 from sweeps.trial.compile import COMPILE_MODES
 
 RESERVED_KEY = "sweep"
+#: Hydra's (OmegaConf's) mandatory value that is not set yet.
+HYDRA_MISSING = "???"
 #: A ``write_back`` entry that is no knob: where the user's config keeps its step count;
 #: every trial's config and every handed-over config get ``budget.max_steps`` there.
 STEPS_KNOB = "max_steps"
@@ -254,6 +256,19 @@ class Sweep:
             out[steps_path] = max_steps or self.spec.budget.max_steps
         return out
 
+    def base_value(self, knob: str) -> Any:
+        """The base config's value of a knob: None where it has none (the key is absent,
+        or holds Hydra's missing value ``???``)."""
+        value = get_path(self.base_config, self.spec.write_back[knob], None)
+        return None if value == HYDRA_MISSING else value
+
+    @property
+    def base_unset(self) -> list[str]:
+        """Knobs the base config leaves at Hydra's missing value ``???``: it is no config
+        that runs, so there is no base config to compare with."""
+        return [k for k in self.space if k in self.spec.write_back and
+                get_path(self.base_config, self.spec.write_back[k], None) == HYDRA_MISSING]
+
     @property
     def steps_path(self) -> str | None:
         """Where the user's config keeps its step count (``write_back.max_steps`` when it
@@ -420,6 +435,10 @@ def load_sweep_dict(data: Any, *, base_dir: Path, workdir: Path,
                   trainer_paths=paths, output_dir=(workdir / spec.output / spec.name).resolve(),
                   objectives=objectives, workdir=workdir, notes=notes,
                   lr_high_to_probe=to_probe)
+    if sweep.base_unset:
+        notes.append(f"the base config leaves {', '.join(sweep.base_unset)} at ??? (no value): "
+                     "there is no base config to run or compare with, and `sweeps try` takes "
+                     "the middle of the range")
     if import_trainer:
         load_trainer(spec.trainer, paths)
     return sweep

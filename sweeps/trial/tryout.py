@@ -9,7 +9,6 @@ from rich.console import Console
 
 from sweeps.errors import SpecError
 from sweeps.protocol import COMPILE_KEY, FINAL_KEY, REASON_KEY, RESULT_PREFIX, SEED_KEY
-from sweeps.spec.config_paths import get_path
 from sweeps.spec.loader import Sweep
 from sweeps.spec.space import Fixed, central_value
 from sweeps.terminal import console as make_console
@@ -23,7 +22,7 @@ def try_values(sweep: Sweep, sets: dict[str, Any]) -> dict[str, Any]:
     """Knob values for a try: ``--set`` ones, else the base config's, else the range middle."""
     values: dict[str, Any] = {}
     for name, knob in sweep.space.items():
-        current = get_path(sweep.base_config, sweep.spec.write_back[name], None)
+        current = sweep.base_value(name)
         values[name] = knob.value if isinstance(knob, Fixed) else \
             current if current is not None else central_value(knob)
     for key, value in sets.items():

@@ -35,7 +35,6 @@ from sweeps.record.book import TrialBook, TrialRecord
 from sweeps.results.confirm import base_point, raced
 from sweeps.results.race import Race, owner_of
 from sweeps.results.warm_start import searched
-from sweeps.spec.config_paths import get_path
 from sweeps.spec.loader import Sweep
 from sweeps.spec.space import central_value, contains, optuna_space
 from sweeps.state.layout import STUDY_FILE
@@ -85,7 +84,7 @@ def initial_points(sweep: Sweep) -> list[dict[str, Any]]:
     varying = optuna_space(sweep.space)
     defaults: dict[str, Any] = {}
     for name in varying:
-        current = get_path(sweep.base_config, sweep.spec.write_back[name], None)
+        current = sweep.base_value(name)
         ok = current is not None and contains(sweep.space[name], current)
         defaults[name] = current if ok else central_value(sweep.space[name])
     return [{**defaults, **{k: v for k, v in p.items() if k in varying}}

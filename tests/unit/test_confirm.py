@@ -264,3 +264,17 @@ def test_affordable_counts_full_reruns_left_in_the_step_budget(tmp_path: Path) -
     assert affordable(sweep, _spent(sweep, 1000 - 400), queue, 4) == 2
     assert affordable(sweep, _spent(sweep, 1000 - 179), queue, 4) == 0
     assert affordable(sweep, _spent(sweep, 0), queue, 1) == 1
+
+
+def test_a_knob_the_base_config_leaves_at_hydra_missing_has_no_base_config(
+        tmp_path) -> None:
+    from sweeps.results.confirm import base_point
+    from sweeps.trial.tryout import try_values
+    from tests.unit.conftest import load_linreg
+
+    sweep = load_linreg(tmp_path, train={"lr": "???"})
+    assert sweep.base_unset == ["lr"] and sweep.base_value("lr") is None
+    assert any("leaves lr at ??? (no value)" in note for note in sweep.notes)
+    assert base_point(sweep) is None  # no base config to race or hand over
+    assert try_values(sweep, {})["lr"] != "???"  # the range's middle
+    assert base_point(load_linreg(tmp_path / "set")) == {"lr": 0.1}
