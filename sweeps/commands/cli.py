@@ -208,6 +208,9 @@ def cmd_best(args: argparse.Namespace) -> int:
              "on the same fresh seeds; keep your base config, or pass --allow-worse to get "
              "its path anyway", file=sys.stderr)
         return 1
+    if args.overrides:  # a Hydra app takes the knob values as command-line overrides
+        print(files[0].with_suffix(".overrides").read_text(encoding="utf-8").strip())
+        return 0
     print(files[0])
     return 0
 
@@ -417,6 +420,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-worse", action="store_true",
                    help="print the path even when the sweep measured that config worse than "
                    "your base config on fresh seeds (otherwise exit 1)")
+    p.add_argument("--overrides", action="store_true",
+                   help="print its values as Hydra command-line overrides instead "
+                   "(python app.py $(sweeps best DIR --overrides))")
     p.set_defaults(func=cmd_best)
 
     p = sub.add_parser("stability", help="grid over one knob (x a second) on several seeds")

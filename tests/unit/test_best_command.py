@@ -79,3 +79,12 @@ def test_a_base_config_worse_than_the_random_guess_value_is_called_out(
     if warned:
         assert "is worse than the random-guess value" in line and "rules.baseline_loss" in line
     assert Selection([], base).baseline_warning(None) is None
+
+
+def test_best_overrides_prints_the_hydra_command_line(tmp_path: Path, capsys) -> None:
+    sweep = load_linreg(tmp_path / "sweep")
+    folder = tmp_path / "results"
+    write_config(folder / "stable" / "rank-01-t.yaml", sweep, {"lr": 0.25},
+                 {"rank": "1 of 1 confirmed configs"})
+    assert main(["best", str(folder), "--overrides"]) == 0
+    assert capsys.readouterr().out == "train.lr=0.25\n"
