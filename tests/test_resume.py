@@ -82,3 +82,26 @@ def test_driver_killed_mid_sweep_resumes_without_losing_trials(linreg_dir, monke
         assert (out / "trials" / f"{trial_id}.jsonl").read_text() == histories_before[trial_id]
     assert list((out / "stable").glob("rank-01-*.yaml"))
     assert main(["best", str(out)]) == 0
+
+
+def test_an_interrupted_sweep_exits_130_and_says_how_to_resume(linreg_dir):
+    edit_linreg(linreg_dir, name="stopped",
+                budget={"trials": 10, "max_steps": 60, "concurrent": 2, "scheduler": "none"},
+                train={"sleep": 0.02})
+    out = linreg_dir / "results" / "stopped"
+    driver = subprocess.Popen([sys.executable, "-m", "sweeps", "run", "linreg.yaml", "--quiet"],
+                              cwd=linreg_dir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while len(_finished(out)) < 2:
+            assert driver.poll() is None, "the sweep ended before it could be interrupted"
+            assert time.monotonic() < deadline, "no trial finished in time"
+            time.sleep(0.2)
+        os.kill(driver.pid, signal.SIGINT)  # Ctrl-C
+        _, err = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+    assert driver.returncode == 130
+    assert f"interrupted: `sweeps resume {out}` continues where it stopped" in err

@@ -489,7 +489,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         echo(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        err_console.print("interrupted")
+        err_console.print(_interrupted_line(args))
         return 130
     except Exception as exc:
         from sweeps.state.disk_full import message, no_room
@@ -499,6 +499,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         echo(message(full, _folder_of(args)), file=sys.stderr)
         return 1
+
+
+def _interrupted_line(args: argparse.Namespace) -> str:
+    """What an interrupted command prints: for a sweep, how to continue it."""
+    if getattr(args, "func", None) not in (cmd_run, cmd_resume):
+        return "interrupted"
+    folder = _folder_of(args)
+    if folder is None or not (folder / "sweep.yaml").is_file():
+        return "interrupted"
+    return f"interrupted: `sweeps resume {folder}` continues where it stopped"
 
 
 def _folder_of(args: argparse.Namespace) -> Path | None:
