@@ -353,9 +353,11 @@ def print_selection(outcome) -> None:
     console.print("steps: " + ", ".join(f"{k} {v}" for k, v in chosen.steps.items() if v))
     for note in chosen.notes:
         console.print(f"note: {note}")
-    kind = "confirmed" if any(c.confirmed for c in chosen.handed_over) else "UNCONFIRMED"
+    kind = "confirmed" if any(c.confirmed for c in chosen.handed_over) or \
+        not outcome.stable_paths else "UNCONFIRMED"
     console.print(f"{len(outcome.stable_paths)} {kind} stable config(s) written, best first "
-                  f"(mean {metric} over fresh seeds):")
+                  f"(mean {metric} over fresh seeds; worst seed of every seed run, the "
+                  "search's included):")
     for conf, path in zip(chosen.handed_over, outcome.stable_paths, strict=False):
         mean = "-" if conf.mean is None else f"{conf.mean:.4g}"
         worst = "-" if conf.worst is None else f"{conf.worst:.4g}"
