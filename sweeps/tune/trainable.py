@@ -18,6 +18,8 @@ from sweeps.trial.run import flat_config, is_probe, prepare_process, run_trainer
 def ray_trainable(config: dict[str, Any], sweep: Sweep) -> None:
     """Ray Tune function trainable (bound to the sweep with ``tune.with_parameters``)."""
     prepare_process(sweep, int(sweep.spec.resources.cpu))
+    global _working_dir
+    _working_dir = os.getcwd()  # the trial's working folder in Ray's session (see scratch_dir)
     if sweep.workdir.is_dir():  # Ray Tune starts each trial in its own folder; a trainer's
         os.chdir(sweep.workdir)  # relative paths mean the folder sweeps was started from
     config = flat_config(config)
@@ -32,11 +34,23 @@ def ray_trainable(config: dict[str, Any], sweep: Sweep) -> None:
                 gpu_ids=assigned_gpu_ids(), hold=is_probe(config))
 
 
+#: The folder Ray Tune started the running trial in (its ``working_dirs/<trial>``).
+_working_dir: str | None = None
+
+
 def scratch_dir() -> str:
-    """The trial's own folder in Ray's session (removed with it), for checkpoint files on
-    their way to Ray: a trial Ray stops inside ``report`` never leaves a ``with`` block, so
-    a folder of the system temp dir would be left behind. On a node other than the
-    driver's, that folder is not there: the system temp dir, then."""
+    """A folder of the trial's own in Ray's session (removed with it), for checkpoint files
+    on their way to Ray: a trial Ray stops inside ``report`` never leaves a ``with``
+    block, so a folder of the system temp dir would be left behind.
+
+    The trial's working folder (``working_dirs/<trial>``, where Ray Tune starts it), which
+    Ray does not copy to the results folder: the trial's folder under ``driver_artifacts``
+    is copied whenever Ray Tune saves the experiment state, and a checkpoint folder
+    removed during that copy logged a FileNotFoundError traceback. Else that trial
+    folder; on a node other than the driver's neither is there: the system temp dir."""
+    if _working_dir and "working_dirs" in Path(_working_dir).parts and \
+            os.path.isdir(_working_dir):
+        return _working_dir
     folder = tune.get_context().get_trial_dir()
     return folder if folder and os.path.isdir(folder) else tempfile.gettempdir()
 
