@@ -187,3 +187,35 @@ def test_a_run_leaving_a_plateau_is_not_called_flat_while_its_loss_catches_up():
         for t in range(90, 160)]
     verdict = first_firing(history, settings)
     assert verdict.reason == "flat_at_baseline" and verdict.step > 140
+
+
+def _plateau_then_learning(leave: int, steps: int = 400, seed: int = 0) -> list[float]:
+    """A BERT-style classifier at a low LR: the loss at ln 3 (+- noise) until ``leave``,
+    then falling towards 0.5."""
+    rng = np.random.default_rng(seed)
+    ln3 = math.log(3)
+    return [(ln3 if t < leave else 0.5 + (ln3 - 0.5) * math.exp(-(t - leave) / 30))
+            + 0.005 * rng.standard_normal() for t in range(steps)]
+
+
+def test_left_band_at_is_where_a_run_that_sat_at_the_guess_learnt():
+    from sweeps.rules.flat_at_baseline import left_band_at
+
+    s = RuleSettings(baseline_loss=math.log(3))
+    left = left_band_at(losses(_plateau_then_learning(105)), s)
+    assert 105 < left < 130  # the smoothed loss (mean of 20) leaves the 5 % band
+    assert left_band_at(losses(np.linspace(0.9, 0.2, 300)), s) is None  # never in the band
+    assert left_band_at(losses([math.log(3)] * 300), s) is None  # never left it
+    assert left_band_at(losses(_plateau_then_learning(105)), RuleSettings()) is None
+
+
+def test_a_fresh_seed_gets_twice_its_configs_plateau_before_it_is_called_stuck():
+    """ed0752d2 left ln 3 at step ~110 on its search seed; its fresh seed 1 sat there through
+    step 110 and was stopped, though it learnt soon after. With the patience its own run
+    earned (twice its plateau) it is not; a seed stuck for good still is."""
+    s = RuleSettings(baseline_loss=math.log(3))
+    late = losses(_plateau_then_learning(135, seed=1))
+    assert first_firing(late, s).step == 100  # the sweep's patience
+    longer = s.model_copy(update={"flat_patience": 230})
+    assert first_firing(late, longer) is None
+    assert first_firing(losses([math.log(3)] * 400), longer).step == 230

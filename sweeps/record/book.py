@@ -23,6 +23,7 @@ from sweeps.protocol import (
     EVIDENCE_KEY,
     FAILED,
     FINAL_KEY,
+    FLAT_PATIENCE_KEY,
     GPU_PEAK_KEY,
     LR_SCALE_KEY,
     OK,
@@ -64,6 +65,8 @@ class TrialRecord:
     seed: int
     role: str = SEARCH
     lr_scale: float = 1.0
+    #: flat_at_baseline's patience for this re-run (FLAT_PATIENCE_KEY), else None
+    flat_patience: int | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
     status: str = RUNNING
     reason: str | None = None
@@ -217,10 +220,12 @@ class TrialBook:
             rec = TrialRecord(trial_id=trial_id, values=trial_values(self.sweep, config),
                               seed=int(config.get(SEED_KEY, self.sweep.spec.seed)),
                               role=str(config.get(ROLE_KEY, SEARCH)),
-                              lr_scale=float(config.get(LR_SCALE_KEY) or 1.0))
+                              lr_scale=float(config.get(LR_SCALE_KEY) or 1.0),
+                              flat_patience=config.get(FLAT_PATIENCE_KEY))
             self.trials[trial_id] = rec
             self.journal.write(trial_id, "trial", {"values": rec.values, "seed": rec.seed,
-                                                   "role": rec.role, "lr_scale": rec.lr_scale})
+                                                   "role": rec.role, "lr_scale": rec.lr_scale,
+                                                   "flat_patience": rec.flat_patience})
             self._carry_set_aside(rec)
         return rec
 
@@ -278,7 +283,8 @@ class TrialBook:
             rec.status = OK
             self._save_outcome(rec)
         else:
-            verdict = rules.evaluate(rec.history, trial_settings(self.sweep, rec.values))
+            verdict = rules.evaluate(rec.history, trial_settings(self.sweep, rec.values,
+                                                                 rec.flat_patience))
             if verdict is not None:
                 rec.set_failure(UNSTABLE, verdict)
                 self._save_outcome(rec)
@@ -336,7 +342,8 @@ class TrialBook:
                     self._worker_errors.get(trial_id) or {"error": WORKER_FAILED})))
             else:
                 rec.status = PRUNED
-                verdict = rules.diagnose(rec.history, trial_settings(self.sweep, rec.values))
+                verdict = rules.diagnose(rec.history, trial_settings(
+                    self.sweep, rec.values, rec.flat_patience))
                 rec.diagnosis = verdict.to_dict() if verdict is not None else None
         rec.finished = True
         self._save_outcome(rec)
@@ -392,7 +399,8 @@ def _load_event(trial_id: str, rec: TrialRecord | None, kind: str,
         rec = TrialRecord(trial_id=trial_id, values=dict(payload.get("values") or {}),
                           seed=int(payload.get("seed", 0)),
                           role=str(payload.get("role", SEARCH)),
-                          lr_scale=float(payload.get("lr_scale", 1.0)))
+                          lr_scale=float(payload.get("lr_scale", 1.0)),
+                          flat_patience=payload.get("flat_patience"))
     elif rec is not None and kind == "metrics":
         _append(rec, payload)
     elif rec is not None and kind == "retry":

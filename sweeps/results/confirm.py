@@ -43,6 +43,7 @@ from typing import Any, ClassVar
 
 from sweeps.protocol import BASE as BASE_ROLE
 from sweeps.protocol import (
+    FLAT_PATIENCE_KEY,
     LR_SCALE_KEY,
     OK,
     PRUNED,
@@ -415,8 +416,11 @@ def ladder(sweep: Sweep, book: TrialBook, rec: TrialRecord) -> list[dict[str, An
         elif run.role == probe_role(rec.trial_id):
             probe = run
     seeds = fresh_seeds(sweep, planned_seeds(sweep, book, rec))
+    patience = fresh_flat_patience(sweep, rec)
+    extra = {FLAT_PATIENCE_KEY: patience} if patience is not None else {}
     order: list[dict[str, Any]] = [
-        {**rec.values, SEED_KEY: s, ROLE_KEY: confirm_role(rec.trial_id), LR_SCALE_KEY: None}
+        {**rec.values, SEED_KEY: s, ROLE_KEY: confirm_role(rec.trial_id), LR_SCALE_KEY: None,
+         **extra}
         for s in seeds if s not in started_seeds]
     if probe is None and probes(sweep, rec.values):
         at = 1 if seeds and seeds[0] not in started_seeds else 0
@@ -424,6 +428,20 @@ def ladder(sweep: Sweep, book: TrialBook, rec: TrialRecord) -> list[dict[str, An
                           LR_SCALE_KEY: sweep.spec.confirm.lr_probe,
                           ROLE_KEY: probe_role(rec.trial_id)})
     return order
+
+
+def fresh_flat_patience(sweep: Sweep, rec: TrialRecord) -> int | None:
+    """flat_at_baseline's patience on ``rec``'s fresh seeds: twice the step at which its
+    own search run left the random guess (:func:`~sweeps.rules.flat_at_baseline.left_band_at`),
+    when that is longer than the sweep's; else None. A config that learnt after a plateau
+    is not called stuck on a seed whose plateau lasts a little longer."""
+    from sweeps.rules.flat_at_baseline import left_band_at
+
+    settings = trial_settings(sweep, rec.values)
+    left = left_band_at(rec.history, settings)
+    if left is None or 2 * left <= settings.flat_patience:
+        return None
+    return 2 * left
 
 
 def run_cost(sweep: Sweep, run: dict[str, Any]) -> int:

@@ -101,6 +101,35 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
     return Verdict("flat_at_baseline", now, evidence)
 
 
+def left_band_at(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> int | None:
+    """The step at which a run that sat at the random guess left it for good: the first
+    report after one inside the band where the smoothed loss lies below it; None when it
+    never sat in the band, never left it downwards, or there is no baseline.
+
+    A transformer classifier under AdamW at a low LR sits at ln 3 for 100 steps before it
+    learns, and on another seed for 130: a fresh seed of a config whose own run left the
+    band at step S is given ``2 S`` steps there before ``flat_at_baseline`` calls it stuck
+    (:data:`sweeps.protocol.FLAT_PATIENCE_KEY`)."""
+    baseline = settings.baseline_loss
+    if baseline is None:
+        return None
+    key = "loss" if any(finite_num(h, "loss") is not None for h in history) else "val_loss"
+    band, span = settings.flat_tolerance * baseline, settings.smoothing
+    window: list[float] = []
+    seen = False
+    for i, report in enumerate(history):
+        value = finite_num(report, key)
+        if value is None:
+            continue
+        window = [*window[-(span - 1):], value] if span > 1 else [value]
+        smoothed = sum(window) / len(window)
+        if abs(smoothed - baseline) <= band:
+            seen = True
+        elif seen and smoothed < baseline - band:
+            return step_of(report, i)
+    return None
+
+
 def _stretch(
     history: Sequence[Mapping[str, Any]], key: str, anchor: int, stride: int, span: int
 ) -> tuple[list[float], int, int | None]:

@@ -10,6 +10,7 @@ from sweeps.protocol import (
     COMPILE_KEY,
     CRASH,
     FINAL_KEY,
+    FLAT_PATIENCE_KEY,
     GPU_PEAK_KEY,
     LR_SCALE_KEY,
     OK,
@@ -63,14 +64,16 @@ def trial_values(sweep: Sweep, config: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def trial_settings(sweep: Sweep, values: dict[str, Any]) -> RuleSettings:
+def trial_settings(sweep: Sweep, values: dict[str, Any],
+                   flat_patience: int | None = None) -> RuleSettings:
     """Rule settings for one trial, from its knob values (``trial_values``: the lr
     already times the LR probe's scale).
 
     The warmup knob says when warmup ends: lr_anomaly does not judge a zero LR during
     warmup, and collapse does not judge predictions before warmup has ended (a model may
     start collapsed and recover). The lr knob is the ``sampled_lr`` lr_anomaly's
-    climbs_past_lr compares the optimizer's LR with.
+    climbs_past_lr compares the optimizer's LR with. ``flat_patience`` (a fresh-seed
+    re-run's, :data:`~sweeps.protocol.FLAT_PATIENCE_KEY`) lengthens flat_at_baseline's.
     """
     rules = sweep.spec.rules
     update: dict[str, Any] = {}
@@ -81,6 +84,8 @@ def trial_settings(sweep: Sweep, values: dict[str, Any]) -> RuleSettings:
     lr = values.get("lr")
     if isinstance(lr, (int, float)) and not isinstance(lr, bool) and 0 < lr < math.inf:
         update["sampled_lr"] = float(lr)
+    if flat_patience is not None and flat_patience > rules.flat_patience:
+        update["flat_patience"] = int(flat_patience)
     return rules.model_copy(update=update) if update else rules
 
 
@@ -129,7 +134,8 @@ def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink,
     trainer = load_trainer(sweep.spec.trainer, sweep.trainer_paths)
     required = trainer_metrics(sweep)
     steps = int(max_steps or sweep.spec.budget.max_steps)
-    reporter = TrialReporter(trial_settings(sweep, values), sink, observe=observe,
+    settings = trial_settings(sweep, values, config.get(FLAT_PATIENCE_KEY))
+    reporter = TrialReporter(settings, sink, observe=observe,
                              checkpoint_sink=checkpoint_sink, required=required,
                              hold_max_steps=steps if hold and not observe else None)
     trial_config = sweep.trial_config(values, trial_id=trial_id, seed=seed,

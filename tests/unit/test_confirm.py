@@ -278,3 +278,39 @@ def test_a_knob_the_base_config_leaves_at_hydra_missing_has_no_base_config(
     assert base_point(sweep) is None  # no base config to race or hand over
     assert try_values(sweep, {})["lr"] != "???"  # the range's middle
     assert base_point(load_linreg(tmp_path / "set")) == {"lr": 0.1}
+
+
+def test_fresh_seeds_of_a_config_that_learnt_after_a_plateau_get_a_longer_patience(
+        tmp_path: Path) -> None:
+    from sweeps.protocol import FLAT_PATIENCE_KEY
+    from sweeps.trial.run import trial_settings
+
+    sweep = load_linreg(tmp_path, confirm={"seeds": 2, "lr_probe": 2.0},
+                        rules={"flat_patience": 30})  # baseline_loss 1.0
+    plateau = TrialRecord("slow", {"lr": 0.1}, 0, history=[
+        {"step": t, "loss": 1.0 if t < 40 else 0.3} for t in range(1, 61)], status="ok",
+        finished=True)
+    runs = ladder(sweep, book_of(sweep, plateau), plateau)
+    fresh = [r for r in runs if r[ROLE_KEY] == "confirm:slow"]
+    # the mean of 20 losses leaves the sweep's 10 % band at step 42
+    assert fresh and all(r[FLAT_PATIENCE_KEY] == 2 * 42 for r in fresh)
+    assert all(FLAT_PATIENCE_KEY not in r for r in runs if r[ROLE_KEY] == "probe:slow")
+    assert trial_settings(sweep, {"lr": 0.1}, 80).flat_patience == 80
+    assert trial_settings(sweep, {"lr": 0.1}, 10).flat_patience == 30  # never shorter
+    quick = TrialRecord("quick", {"lr": 0.1}, 0, history=[
+        {"step": t, "loss": 0.3} for t in range(1, 61)], status="ok", finished=True)
+    assert all(FLAT_PATIENCE_KEY not in r for r in ladder(sweep, book_of(sweep, quick), quick))
+
+
+def test_a_re_runs_flat_patience_is_kept_in_the_journal(tmp_path: Path) -> None:
+    from sweeps.protocol import FLAT_PATIENCE_KEY
+
+    sweep = load_linreg(tmp_path)
+    book = TrialBook(sweep)
+    book.record("r1", {"config": {"lr": 0.1, ROLE_KEY: "confirm:c", SEED_KEY: 1,
+                                  FLAT_PATIENCE_KEY: 80}, "step": 1, "loss": 1.0})
+    assert book.trials["r1"].flat_patience == 80
+    book.journal.close_all()
+    reread = TrialBook(sweep)
+    reread.load()
+    assert reread.trials["r1"].flat_patience == 80
