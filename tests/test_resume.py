@@ -89,9 +89,11 @@ def test_an_interrupted_sweep_exits_130_and_says_how_to_resume(linreg_dir):
                 budget={"trials": 10, "max_steps": 60, "concurrent": 2, "scheduler": "none"},
                 train={"sleep": 0.02})
     out = linreg_dir / "results" / "stopped"
+    # a background job's shell hands its children SIGINT ignored: undo that, as a terminal
     driver = subprocess.Popen([sys.executable, "-m", "sweeps", "run", "linreg.yaml", "--quiet"],
                               cwd=linreg_dir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              text=True, start_new_session=True)
+                              text=True, start_new_session=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 240
         while len(_finished(out)) < 2:
@@ -103,5 +105,5 @@ def test_an_interrupted_sweep_exits_130_and_says_how_to_resume(linreg_dir):
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
-    assert driver.returncode == 130
+    assert driver.returncode == 130, err[-3000:]
     assert f"interrupted: `sweeps resume {out}` continues where it stopped" in err

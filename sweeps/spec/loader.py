@@ -50,6 +50,8 @@ HYDRA_MISSING = "???"
 #: every trial's config and every handed-over config get ``budget.max_steps`` there.
 STEPS_KNOB = "max_steps"
 #: Leaf names that usually hold a config's step count (for the note when none is mapped).
+#: Sections whose step counts are not the run's length (``eval.steps``, ``warmup.steps``).
+NOT_THE_RUN = ("eval", "val", "test", "log", "save", "checkpoint", "warmup", "print")
 STEP_COUNT_NAMES = ("max_steps", "steps", "num_steps", "total_steps", "train_steps",
                     "n_steps", "max_iters", "num_iterations", "iterations")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -582,8 +584,10 @@ def unmapped_step_count(spec: SweepFile, space: Mapping[str, Any],
         return None
     for path in _leaf_paths(base_config):
         value = get_path(base_config, path, None)
-        if path.rsplit(".", 1)[-1] in STEP_COUNT_NAMES and isinstance(value, int) and \
-                not isinstance(value, bool) and value != spec.budget.max_steps:
+        *sections, leaf = path.split(".")
+        if leaf in STEP_COUNT_NAMES and isinstance(value, int) and \
+                not isinstance(value, bool) and value != spec.budget.max_steps and \
+                not any(word in part for part in sections for word in NOT_THE_RUN):
             return path, value
     return None
 

@@ -70,3 +70,14 @@ def test_write_back_max_steps_carries_the_steps_run_into_trials_and_hand_overs(
                                                          "fail": "none"}
     assert path.with_suffix(".overrides").read_text() == "train.lr=0.2 train.steps=40\n"
     assert not any(line.startswith("# WARNING") for line in path.read_text().splitlines())
+
+
+def test_only_the_runs_own_step_count_is_noted(linreg_sweep: Sweep) -> None:
+    from sweeps.spec.loader import unmapped_step_count
+
+    spec, space = linreg_sweep.spec, linreg_sweep.space  # budget.max_steps 60
+    assert unmapped_step_count(spec, space, {"eval": {"steps": 10},
+                                             "warmup": {"num_steps": 5}}) is None
+    assert unmapped_step_count(spec, space, {"trainer": {"max_iters": 500}}) == (
+        "trainer.max_iters", 500)
+    assert unmapped_step_count(spec, space, {"train": {"steps": 60}}) is None  # the same
