@@ -147,3 +147,27 @@ def test_a_confirmation_stage_tells_its_own_time_left(linreg_dir):
     elapsed, left = progress.eta(now=30.0)  # 1 run in 10 s of training: 3 more in 30 s
     assert elapsed == 30.0 and left == 30.0
     assert "confirm-2: elapsed" in out.getvalue() and "left in this stage" in out.getvalue()
+
+
+def test_a_resumed_sweep_counts_on_and_prints_no_trial_twice(linreg_dir, capsys):
+    """Ray Tune restores the callback as it was saved and tells it again of a trial that
+    finished after that save: the count goes on from what the book holds."""
+    import pickle
+
+    from sweeps.record.book import books_of, open_book
+
+    sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir)
+    with books_of(sweep):
+        book = open_book(sweep)
+        progress = ProgressLines(book, 4, console=Console(file=io.StringIO(), width=200))
+        saved = pickle.dumps(progress)  # Ray Tune's saved state, before any trial finished
+        _feed(progress, book, _trial("a", 0.1, 20, 0.5))
+        _feed(progress, book, _trial("b", 0.05, 20, 0.2))
+        restored = pickle.loads(saved)  # the driver died and `sweeps resume` restores it
+        capsys.readouterr()
+        restored.on_trial_complete(0, [], SimpleNamespace(trial_id="b"))  # told again
+        _feed(restored, book, _trial("c", 0.2, 20, 0.3))
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("[")]
+    assert len(lines) == 1 and lines[0].startswith("[3/4] c ok"), err
+    assert "best val_loss 0.2 (b)" in err

@@ -42,6 +42,20 @@ class ProgressLines(Callback):
         self.running = 0
         self.counts: Counter[str] = Counter()
         self.best: tuple[float, str] | None = None
+        self._seen: set[str] = set()
+        self._catch_up()
+
+    def _catch_up(self) -> None:
+        """Count the search trials that finished before this driver watched (a resumed
+        sweep): the count goes on from them, and none is printed twice."""
+        if self.stage is not None:
+            return
+        for rec in self.book.trials.values():
+            if rec.role == SEARCH and rec.finished and rec.trial_id not in self._seen:
+                self._seen.add(rec.trial_id)
+                self.done += 1
+                self.counts[rec.reason or rec.status] += 1
+                self._update_best(rec)
 
     @property
     def console(self) -> Console:
@@ -54,6 +68,13 @@ class ProgressLines(Callback):
         state["_console"] = None  # a Console and a Live hold locks; Tune pickles callbacks
         state["_live"] = None
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled from Ray Tune's saved state (``sweeps resume``): catch up with the
+        book, which holds what finished since that state was saved."""
+        self.__dict__.update(state)
+        self.__dict__.setdefault("_seen", set())
+        self._catch_up()
 
     # -- Ray Tune hooks
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
@@ -97,9 +118,12 @@ class ProgressLines(Callback):
         rec = self.book.trials.get(trial.trial_id)
         if rec is None or not rec.finished:  # closed by TrialEvents, called before this
             return
+        if trial.trial_id in self._seen:  # counted already (finished before a resume)
+            return
         if self.stage is None and rec.role != SEARCH:  # a re-run of the race
             self.console.print(f"    race {rec.role} seed {rec.seed}: " + self.line(rec, False))
             return
+        self._seen.add(rec.trial_id)
         self.done += 1
         self.counts[rec.reason or rec.status] += 1
         self._update_best(rec)
