@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 from ray import tune
 from ray.tune.schedulers import TrialScheduler
+from ray.tune.search import Searcher
 
 from sweeps.protocol import RUN_KEY
 from sweeps.record.book import TrialBook
@@ -85,10 +87,41 @@ def run_configs(sweep: Sweep, book: TrialBook, configs: list[dict[str, Any]], na
         return
     tuner = tune.Tuner(
         _trainable(sweep),
-        param_space={RUN_KEY: tune.grid_search(configs)},
         tune_config=tune.TuneConfig(
+            search_alg=FixedRuns(configs), num_samples=-1,
             max_concurrent_trials=sweep.spec.budget.concurrent, reuse_actors=True,
             scheduler=WatchedFIFO(book, sweep.spec.budget.hang_timeout)),
         run_config=_run_config(sweep, name, book, len(configs), progress))
     tuner.fit()
+
+
+class FixedRuns(Searcher):
+    """Hands Ray Tune fixed re-run configs, in order, then FINISHED: their trials get the
+    same 8-character ids as the search's (a grid search names them ``<hash>_<index>``,
+    and those ids name the handed-over YAML files). Its state (which config is next) is
+    saved with Ray Tune's, so a resumed stage starts none twice."""
+
+    def __init__(self, configs: list[dict[str, Any]]) -> None:
+        super().__init__()
+        self.configs = list(configs)
+        self.next = 0
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        if self.next >= len(self.configs):
+            return Searcher.FINISHED
+        self.next += 1
+        return {RUN_KEY: self.configs[self.next - 1]}
+
+    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None,
+                          error: bool = False) -> None:
+        """Nothing to learn: the runs are fixed."""
+
+    def save(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "wb") as fh:
+            pickle.dump({"configs": self.configs, "next": self.next}, fh)
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "rb") as fh:  # Ray Tune's own state of this results folder
+            state = pickle.load(fh)  # noqa: S301 - the folder's seal was checked on resume
+        self.configs, self.next = state["configs"], state["next"]
 
