@@ -61,6 +61,8 @@ CASES = {
         "loguniform"),
     "trainer does not import": (lambda d: d.update(trainer="no_such_module:train"),
                                 "trainer", "no_such_module"),
+    "trainer module typo": (lambda d: d.update(trainer="linreg_trianer:train"), "trainer",
+                            "did you mean 'linreg_trainer:train'?"),
     "trainer not callable": (lambda d: d.update(trainer="linreg_trainer:torch"), "trainer",
                              "train(config, report)"),
     "trainer attribute missing": (lambda d: d.update(trainer="linreg_trainer:trian"),

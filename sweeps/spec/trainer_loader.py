@@ -64,6 +64,18 @@ def _forget_shadowed(module_name: str, paths: Sequence[str]) -> None:
                 return
 
 
+def _near_module(module_name: str, paths: Sequence[str]) -> str | None:
+    """The module of ``paths``' folders (``*.py`` files, packages) closest to a top-level
+    ``module_name`` that does not exist, else None."""
+    if "." in module_name:
+        return None
+    names = {p.stem for folder in paths if Path(folder).is_dir()
+             for p in Path(folder).iterdir()
+             if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()}
+    near = difflib.get_close_matches(module_name, sorted(names), n=1)
+    return near[0] if near else None
+
+
 def load_trainer(target: str, paths: Sequence[str] = (), key: str = "trainer") -> Trainer:
     """Import ``module:function`` and check it can be called as ``train(config, report)``."""
     module_name, sep, func_name = target.partition(":")
@@ -80,8 +92,12 @@ def load_trainer(target: str, paths: Sequence[str] = (), key: str = "trainer") -
     except Exception as exc:  # noqa: BLE001 - any import failure is the user's to fix
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
         where = ", ".join(paths) if paths else "sys.path"
+        near = _near_module(module_name, paths) \
+            if isinstance(exc, ModuleNotFoundError) and exc.name == module_name else None
+        hint = f"did you mean '{near}:{func_name}'? Else c" if near else "C"
         raise SpecError(key, f"module {module_name!r} does not import ({last})",
-                        f"check the module name and that it imports from {where}") from exc
+                        f"{hint}heck the module name and that it imports from {where}") \
+            from exc
     func: Any = module
     for part in func_name.split("."):
         owner, func = func, getattr(func, part, None)
