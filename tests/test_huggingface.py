@@ -328,3 +328,27 @@ def test_sweep_of_the_example_hands_over_a_config_the_script_runs(tmp_path, monk
     monkeypatch.chdir(folder)
     metrics = example.main(["--config", str(stable[0])])  # the user's script, YAML as is
     assert metrics["eval_loss"] < math.log(64)
+
+
+def test_transformers_progress_bars_are_off_while_a_trial_trains_and_back_after():
+    """A checkpoint's "Writing model shards" bar is transformers' own, not the Trainer's:
+    off in the trial (the Trainer's own bar is off by disable_tqdm), the user's setting
+    restored when train_hf returns (``sweeps try`` runs in the user's process)."""
+    from transformers import TrainerCallback
+    from transformers.utils import logging as hf_logging
+
+    seen: list[bool] = []
+
+    class Watch(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            seen.append(hf_logging.is_progress_bar_enabled())
+
+    train_set, _ = example.make_datasets(DATA)
+    config = {**BASE, "data": DATA, "training_args": {
+        **BASE["training_args"], "per_device_train_batch_size": 8, "eval_strategy": "no"},
+        "sweep": {"trial_id": "t", "seed": 1, "max_steps": 4, "device": "cpu"}}
+    assert hf_logging.is_progress_bar_enabled()
+    train_hf(config, Reports(), model_init=model_init, train_dataset=train_set,
+             callbacks=[Watch()])
+    assert seen and not any(seen), "saved with the bars off"
+    assert hf_logging.is_progress_bar_enabled()

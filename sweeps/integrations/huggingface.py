@@ -24,9 +24,10 @@ Where the numbers come from (transformers' own ``grad_norm`` is logged only ever
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -365,7 +366,24 @@ def train_hf(config: Mapping[str, Any], report: Report, *, train_dataset: Any,
             eval_dataset=eval_dataset, callbacks=callbacks, **trainer_kwargs)
         trainer.remove_callback(PrinterCallback)  # logs stay in trainer.state.log_history
         resume = str(unpack(restored, Path(output_dir) / "restored")) if restored else None
-        trainer.train(resume_from_checkpoint=resume)
-        if eval_dataset is not None and callback.last_val_step != trainer.state.global_step:
-            trainer.evaluate()  # transformers versions that do not evaluate at the end
+        with _quiet_bars(bool(values.get("disable_tqdm"))):  # checkpoints' "Writing ..." bars
+            trainer.train(resume_from_checkpoint=resume)
+            if eval_dataset is not None and callback.last_val_step != trainer.state.global_step:
+                trainer.evaluate()  # transformers versions that do not evaluate at the end
     return trainer
+
+
+@contextlib.contextmanager
+def _quiet_bars(quiet: bool) -> Iterator[None]:
+    """transformers' own progress bars (a checkpoint's "Writing model shards") off inside
+    the block when ``quiet``, as they were after it."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    if quiet and was_on:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if quiet and was_on:
+            hf_logging.enable_progress_bar()
