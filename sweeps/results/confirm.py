@@ -242,7 +242,7 @@ class Confirmation:
         best_seed = next(s for s, v in seeds.items() if v == self.best)
         scale = objectives.gap_scale(self.best, self.quality.mode, self.baseline)
         of = "worse" if scale == abs(self.best) else \
-            "of its improvement over the random-guess loss"
+            "of its improvement over the random guess"
         return (f"seed {worst_seed}: {metric} {self.worst:.4g} against seed {best_seed}'s "
                 f"{self.best:.4g}, {spread:.0%} {of} (tolerance {self.tolerance:.0%})")
 

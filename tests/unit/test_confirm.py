@@ -130,7 +130,7 @@ def test_seed_gap_beyond_tolerance_is_fragile(tmp_path: Path) -> None:
                    _rerun("c", 0, 0.1, kind="probe"))
     assert conf.verdict == "fragile"
     assert conf.fragile_reason.startswith("seed 1: val_loss 0.4 against seed 0's 0.1, 33% "
-                                          "of its improvement over the random-guess loss")
+                                          "of its improvement over the random guess")
 
 
 def test_missing_reruns_are_incomplete(tmp_path: Path) -> None:
