@@ -25,9 +25,12 @@ def try_values(sweep: Sweep, sets: dict[str, Any]) -> dict[str, Any]:
         current = sweep.base_value(name)
         values[name] = knob.value if isinstance(knob, Fixed) else \
             current if current is not None else central_value(knob)
+    knob_at = {path: knob for knob, path in sweep.spec.write_back.items() if knob in sweep.space}
     for key, value in sets.items():
         if key in sweep.space:
             values[key] = value
+        elif key in knob_at:  # a knob's own path (opt.lr): the knob, or it would overwrite it
+            values[knob_at[key]] = value
         elif key not in sweep.spec.write_back.values() and "." not in key:
             raise SpecError(f"--set {key}", "is neither a knob nor a dotted config path",
                             f"use one of {', '.join(sweep.space)} or e.g. training.batch_size")

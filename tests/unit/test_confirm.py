@@ -314,3 +314,12 @@ def test_a_re_runs_flat_patience_is_kept_in_the_journal(tmp_path: Path) -> None:
     reread = TrialBook(sweep)
     reread.load()
     assert reread.trials["r1"].flat_patience == 80
+
+
+def test_try_set_of_a_knobs_own_path_sets_the_knob(tmp_path) -> None:
+    from sweeps.trial.tryout import try_values
+
+    sweep = load_linreg(tmp_path)  # write_back lr: train.lr
+    assert try_values(sweep, {"train.lr": 0.3})["lr"] == 0.3  # not overwritten by 0.1
+    assert try_values(sweep, {"lr": 0.2})["lr"] == 0.2
+    assert try_values(sweep, {"train.steps": 5})["lr"] == 0.1
