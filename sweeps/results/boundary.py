@@ -300,7 +300,9 @@ def summary(b: Boundary, name: str = "lr") -> list[str]:
     advice = b.advice()
     if advice["lr"] is not None:
         lines.append(f"advice: {name} {advice['lr']:.4g} ({advice['margin']:g}x below "
-                     f"{b.low:.4g}, the largest that held: a margin below the edge)")
+                     f"{b.low:.4g}, the largest that held: a margin below the edge; held "
+                     f"means no rule fired, not that it learnt: `sweeps try FILE --set "
+                     f"{name}={advice['lr']:.4g}` shows its quality)")
     elif b.low is not None:
         lines.append(f"advice: none for {name}: nothing up to {b.low:.4g} failed, so there "
                      "is no edge to keep a margin from (held means no rule fired, not "
