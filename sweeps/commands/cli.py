@@ -361,7 +361,9 @@ def print_selection(outcome) -> None:
     for conf, path in zip(chosen.handed_over, outcome.stable_paths, strict=False):
         mean = "-" if conf.mean is None else f"{conf.mean:.4g}"
         worst = "-" if conf.worst is None else f"{conf.worst:.4g}"
-        own = ", your base config" if conf.trial_id == chosen.base_id else ""
+        fixed = ", ".join(f"{k}={v}" for k, v in outcome.sweep.fixed_changes.items())
+        own = (f", your base config{f' with {fixed}' if fixed else ''}"
+               if conf.trial_id == chosen.base_id else "")
         console.print(f"  {path}  ({metric} mean {mean}, worst seed {worst}{own})")
     if not outcome.stable_paths:
         console.print("  (none: no candidate held on every fresh seed)")

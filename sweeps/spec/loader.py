@@ -265,6 +265,16 @@ class Sweep:
         return None if value == HYDRA_MISSING else value
 
     @property
+    def fixed_changes(self) -> dict[str, Any]:
+        """Knobs the search space fixes at another value than the base config's: every
+        trial, the base config's own runs included, runs with these values."""
+        from sweeps.spec.space import fixed_values
+
+        return {k: v for k, v in fixed_values(self.space).items()
+                if k in self.spec.write_back and (base := self.base_value(k)) is not None
+                and base != v}
+
+    @property
     def base_unset(self) -> list[str]:
         """Knobs the base config leaves at Hydra's missing value ``???``: it is no config
         that runs, so there is no base config to compare with."""
@@ -437,6 +447,10 @@ def load_sweep_dict(data: Any, *, base_dir: Path, workdir: Path,
                   trainer_paths=paths, output_dir=(workdir / spec.output / spec.name).resolve(),
                   objectives=objectives, workdir=workdir, notes=notes,
                   lr_high_to_probe=to_probe)
+    if sweep.fixed_changes:
+        shown = ", ".join(f"{k}={v}" for k, v in sweep.fixed_changes.items())
+        notes.append(f"the search space fixes {shown}, unlike your base config: every trial "
+                     f"runs with it, so 'your base config' below is yours with {shown}")
     if sweep.base_unset:
         notes.append(f"the base config leaves {', '.join(sweep.base_unset)} at ??? (no value): "
                      "there is no base config to run or compare with, and `sweeps try` takes "

@@ -323,3 +323,10 @@ def test_try_set_of_a_knobs_own_path_sets_the_knob(tmp_path) -> None:
     assert try_values(sweep, {"train.lr": 0.3})["lr"] == 0.3  # not overwritten by 0.1
     assert try_values(sweep, {"lr": 0.2})["lr"] == 0.2
     assert try_values(sweep, {"train.steps": 5})["lr"] == 0.1
+
+
+def test_a_knob_fixed_unlike_the_base_config_is_said(tmp_path) -> None:
+    sweep = load_linreg(tmp_path, search_space={"lr": 0.05})  # train.lr is 0.1
+    assert sweep.fixed_changes == {"lr": 0.05}
+    assert any("fixes lr=0.05, unlike your base config" in note for note in sweep.notes)
+    assert load_linreg(tmp_path / "same", search_space={"lr": 0.1}).fixed_changes == {}
