@@ -147,6 +147,10 @@ def test_a_confirmation_stage_tells_its_own_time_left(linreg_dir):
     elapsed, left = progress.eta(now=30.0)  # 1 run in 10 s of training: 3 more in 30 s
     assert elapsed == 30.0 and left == 30.0
     assert "confirm-2: elapsed" in out.getvalue() and "left in this stage" in out.getvalue()
+    rerun = _trial("r2", 0.1, 20, 0.3)  # a fresh seed of candidate c1: named by c1
+    rerun.last_result["config"].update({"_role": "confirm:c1", "_seed": 2})
+    _feed(progress, book, rerun)
+    assert "best val_loss 0.3 (c1, seed 2)" in out.getvalue()
 
 
 def test_a_resumed_sweep_counts_on_and_prints_no_trial_twice(linreg_dir, capsys):

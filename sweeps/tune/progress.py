@@ -21,6 +21,7 @@ from rich.table import Table
 from sweeps.protocol import CRASH, FINISHED_OK, OK, SEARCH
 from sweeps.record import objectives
 from sweeps.record.book import TrialBook, TrialRecord
+from sweeps.results.race import owner_of
 from sweeps.terminal import console as make_console
 
 
@@ -142,7 +143,9 @@ class ProgressLines(Callback):
             return
         key = value if first.mode == "min" else -value
         if self.best is None or key < self.best[0]:
-            self.best = (key, f"{first.metric} {value:.4g} ({rec.trial_id})")
+            owner = owner_of(rec.role)  # a re-run: the candidate it re-runs, on which seed
+            who = f"{owner}, seed {rec.seed}" if owner else rec.trial_id
+            self.best = (key, f"{first.metric} {value:.4g} ({who})")
 
     def line(self, rec: TrialRecord, counted: bool = True) -> str:
         knobs = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
