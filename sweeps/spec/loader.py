@@ -252,7 +252,7 @@ class Sweep:
                        max_steps: int | None = None) -> dict[str, Any]:
         """Knob values keyed by their write-back paths, and the step count (``max_steps``,
         else ``budget.max_steps``) at ``write_back.max_steps`` when the sweep maps it."""
-        out = {self.spec.write_back[k]: v for k, v in values.items() if k != STEPS_KNOB}
+        out = {self.spec.write_back[k]: v for k, v in values.items()}
         steps_path = self.steps_path
         if steps_path is not None:
             out[steps_path] = max_steps or self.spec.budget.max_steps

@@ -81,3 +81,15 @@ def test_only_the_runs_own_step_count_is_noted(linreg_sweep: Sweep) -> None:
     assert unmapped_step_count(spec, space, {"trainer": {"max_iters": 500}}) == (
         "trainer.max_iters", 500)
     assert unmapped_step_count(spec, space, {"train": {"steps": 60}}) is None  # the same
+
+
+def test_a_knob_named_max_steps_is_written_like_any_knob(tmp_path: Path) -> None:
+    from tests.unit.conftest import load_linreg
+
+    sweep = load_linreg(tmp_path, search_space={"lr": {"type": "loguniform", "low": 0.01,
+                                                       "high": 1.0},
+                                                "max_steps": {"type": "categorical",
+                                                              "choices": [40, 60]}},
+                        write_back={"lr": "train.lr", "max_steps": "train.steps"})
+    assert sweep.steps_path is None  # a knob, not the budget's step count
+    assert config_for(sweep, {"lr": 0.2, "max_steps": 40})["train"]["steps"] == 40
