@@ -32,6 +32,15 @@ def _finished(folder: Path) -> dict[str, dict]:
     return done
 
 
+def _wait_for_finished(driver: subprocess.Popen, out: Path, count: int) -> None:
+    """Wait until ``count`` trials of the running sweep in ``out`` have finished."""
+    deadline = time.monotonic() + 240
+    while len(_finished(out)) < count:
+        assert driver.poll() is None, "the sweep ended before it could be stopped"
+        assert time.monotonic() < deadline, "no trial finished in time"
+        time.sleep(0.2)
+
+
 def test_driver_killed_mid_sweep_resumes_without_losing_trials(linreg_dir, monkeypatch):
     edit_linreg(linreg_dir, name="resumable",
                 budget={"trials": 10, "max_steps": 60, "concurrent": 2, "scheduler": "none"},
@@ -42,11 +51,7 @@ def test_driver_killed_mid_sweep_resumes_without_losing_trials(linreg_dir, monke
                               cwd=linreg_dir, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        deadline = time.monotonic() + 240
-        while len(_finished(out)) < 4:
-            assert driver.poll() is None, "the sweep ended before it could be killed"
-            assert time.monotonic() < deadline, "no trial finished in time"
-            time.sleep(0.2)
+        _wait_for_finished(driver, out, 4)
         time.sleep(2.5)  # let Ray Tune save its experiment state once more
         os.kill(driver.pid, signal.SIGKILL)
         driver.wait()
@@ -95,11 +100,7 @@ def test_an_interrupted_sweep_exits_130_and_says_how_to_resume(linreg_dir):
                               text=True, start_new_session=True,
                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
-        deadline = time.monotonic() + 240
-        while len(_finished(out)) < 2:
-            assert driver.poll() is None, "the sweep ended before it could be interrupted"
-            assert time.monotonic() < deadline, "no trial finished in time"
-            time.sleep(0.2)
+        _wait_for_finished(driver, out, 2)
         os.kill(driver.pid, signal.SIGINT)  # Ctrl-C
         _, err = driver.communicate(timeout=120)
     finally:

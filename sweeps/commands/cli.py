@@ -358,10 +358,10 @@ def print_selection(outcome) -> None:
     console.print(f"{len(outcome.stable_paths)} {kind} stable config(s) written, best first "
                   f"(mean {metric} over fresh seeds; worst seed of every seed run, the "
                   "search's included):")
+    fixed = ", ".join(f"{k}={v}" for k, v in outcome.sweep.fixed_changes.items())
     for conf, path in zip(chosen.handed_over, outcome.stable_paths, strict=False):
         mean = "-" if conf.mean is None else f"{conf.mean:.4g}"
         worst = "-" if conf.worst is None else f"{conf.worst:.4g}"
-        fixed = ", ".join(f"{k}={v}" for k, v in outcome.sweep.fixed_changes.items())
         own = (f", your base config{f' with {fixed}' if fixed else ''}"
                if conf.trial_id == chosen.base_id else "")
         console.print(f"  {path}  ({metric} mean {mean}, worst seed {worst}{own})")

@@ -169,24 +169,23 @@ class Journal:
         if not self.folder.is_dir():
             return out
         for path in sorted(self.folder.glob("*.jsonl")):
-            events = []
-            for value in parse_lines(path, event_problem).lines:
-                (kind, payload), = value.items()
-                events.append((kind, {k: _number(v) for k, v in payload.items()}))
-            out[path.stem] = events
+            out[path.stem] = _events(path)
         return out
 
     def read_set_aside(self, trial_id: str) -> list[tuple[str, dict[str, Any]]]:
         """The events of ``<trial_id>.jsonl.interrupted`` (a trial that was running when
         the driver died), or [] without one; a torn last line is skipped."""
         path = self.folder / f"{trial_id}.jsonl.interrupted"
-        if not path.is_file():
-            return []
-        events = []
-        for value in parse_lines(path, event_problem).lines:
-            (kind, payload), = value.items()
-            events.append((kind, {k: _number(v) for k, v in payload.items()}))
-        return events
+        return _events(path) if path.is_file() else []
 
     def __getstate__(self) -> dict[str, Any]:
         return {"folder": self.folder, "_files": {}}
+
+
+def _events(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """A journal file's events in order (a torn last line skipped, other damage raises)."""
+    events = []
+    for value in parse_lines(path, event_problem).lines:
+        (kind, payload), = value.items()
+        events.append((kind, {k: _number(v) for k, v in payload.items()}))
+    return events

@@ -416,12 +416,13 @@ def ladder(sweep: Sweep, book: TrialBook, rec: TrialRecord) -> list[dict[str, An
         elif run.role == probe_role(rec.trial_id):
             probe = run
     seeds = fresh_seeds(sweep, planned_seeds(sweep, book, rec))
-    patience = fresh_flat_patience(sweep, rec)
+    missing = [s for s in seeds if s not in started_seeds]
+    patience = fresh_flat_patience(sweep, rec) if missing else None
     extra = {FLAT_PATIENCE_KEY: patience} if patience is not None else {}
     order: list[dict[str, Any]] = [
         {**rec.values, SEED_KEY: s, ROLE_KEY: confirm_role(rec.trial_id), LR_SCALE_KEY: None,
          **extra}
-        for s in seeds if s not in started_seeds]
+        for s in missing]
     if probe is None and probes(sweep, rec.values):
         at = 1 if seeds and seeds[0] not in started_seeds else 0
         order.insert(at, {**rec.values, SEED_KEY: rec.seed,

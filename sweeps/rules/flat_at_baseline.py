@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -115,14 +116,17 @@ def left_band_at(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -
         return None
     key = "loss" if any(finite_num(h, "loss") is not None for h in history) else "val_loss"
     band, span = settings.flat_tolerance * baseline, settings.smoothing
-    window: list[float] = []
-    seen = False
+    window: deque[float] = deque(maxlen=span)
+    total, seen = 0.0, False
     for i, report in enumerate(history):
         value = finite_num(report, key)
         if value is None:
             continue
-        window = [*window[-(span - 1):], value] if span > 1 else [value]
-        smoothed = sum(window) / len(window)
+        if len(window) == span:
+            total -= window[0]
+        window.append(value)
+        total += value
+        smoothed = total / len(window)
         if abs(smoothed - baseline) <= band:
             seen = True
         elif seen and smoothed < baseline - band:

@@ -38,6 +38,7 @@ from sweeps.spec.space import (
     Uniform,
     _Knob,
     contains,
+    fixed_values,
     knob_entry,
 )
 from sweeps.spec.trainer_loader import load_trainer, search_paths
@@ -268,8 +269,6 @@ class Sweep:
     def fixed_changes(self) -> dict[str, Any]:
         """Knobs the search space fixes at another value than the base config's: every
         trial, the base config's own runs included, runs with these values."""
-        from sweeps.spec.space import fixed_values
-
         return {k: v for k, v in fixed_values(self.space).items()
                 if k in self.spec.write_back and (base := self.base_value(k)) is not None
                 and base != v}
@@ -447,8 +446,9 @@ def load_sweep_dict(data: Any, *, base_dir: Path, workdir: Path,
                   trainer_paths=paths, output_dir=(workdir / spec.output / spec.name).resolve(),
                   objectives=objectives, workdir=workdir, notes=notes,
                   lr_high_to_probe=to_probe)
-    if sweep.fixed_changes:
-        shown = ", ".join(f"{k}={v}" for k, v in sweep.fixed_changes.items())
+    changed = sweep.fixed_changes
+    if changed:
+        shown = ", ".join(f"{k}={v}" for k, v in changed.items())
         notes.append(f"the search space fixes {shown}, unlike your base config: every trial "
                      f"runs with it, so 'your base config' below is yours with {shown}")
     if sweep.base_unset:
