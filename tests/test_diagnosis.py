@@ -36,6 +36,19 @@ def test_a_learning_or_short_history_gets_no_diagnosis():
     assert diagnose(short, RuleSettings(baseline_loss=B)) is None
 
 
+def test_a_run_back_at_the_guess_for_the_second_half_is_diagnosed():
+    # learnt to 0.5, spiked, then sat at the random guess until the scheduler cut it
+    back = [{"step": s, "loss": 0.5 if s < 25 else (3.0 if s == 25 else B)}
+            for s in range(1, 97)]
+    verdict = diagnose(back, RuleSettings(baseline_loss=B))
+    assert verdict.reason == "flat_at_baseline"
+    assert verdict.evidence["flat_since_step"] == 49
+    # the other way round (at the guess, then learning) is a slow start, not stuck
+    late = [{"step": s, "loss": B if s < 48 else B * (1 - 0.01 * (s - 47))}
+            for s in range(1, 97)]
+    assert diagnose(late, RuleSettings(baseline_loss=B)) is None
+
+
 def _pruned(book: TrialBook, trial_id: str, lr: float, losses: list[float]) -> None:
     for step, loss in enumerate(losses, start=1):
         book.record(trial_id, {"step": step, "loss": loss, "config": {"lr": lr}})

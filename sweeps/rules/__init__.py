@@ -104,7 +104,27 @@ def diagnose(history: History, settings: RuleSettings | None = None) -> Verdict 
         "collapse_patience": min(settings.collapse_patience, len(history) // 2),
         "collapse_min_step": min(settings.collapse_min_step, settings.warmup_steps),
     })
-    return evaluate(history, short)
+    return evaluate(history, short) or _flat_in_second_half(history, settings, steps)
+
+
+def _flat_in_second_half(history: History, settings: RuleSettings,
+                         steps: int) -> Verdict | None:
+    """A run that moved and then went back to the baseline, to sit there for the second
+    half of the ``steps`` it ran after warmup (at least :data:`DIAGNOSE_MIN_STEPS`):
+    ``flat_at_baseline`` over that half. A network that learnt, spiked and came back
+    to the random guess for good trails for a reason (a BERT classifier at 0.53 by step
+    25, a loss spike at step 33, then at ln 3 for the 60 steps to its cut).
+
+    Example:
+        >>> moved = [{"step": s, "loss": 1.0 if s < 25 else 1.5708} for s in range(1, 97)]
+        >>> diagnose(moved, RuleSettings(baseline_loss=1.5708)).evidence["flat_since_step"]
+        49
+    """
+    if not settings.is_enabled("flat_at_baseline") or steps < 2 * DIAGNOSE_MIN_STEPS:
+        return None
+    half = settings.model_copy(update={"flat_patience": min(settings.flat_patience,
+                                                            steps // 2)})
+    return flat_at_baseline.check(history, half)
 
 
 def _flat_through_warmup(history: History, settings: RuleSettings) -> Verdict | None:
