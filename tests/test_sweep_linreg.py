@@ -190,6 +190,35 @@ def test_a_config_stable_only_on_a_lucky_seed_does_not_reach_stable(linreg_dir, 
     assert (trials[trials["role"] == "search"]["status"] == "ok").all()
 
 
+def test_a_json_base_config_comes_back_as_json_the_users_script_reads(linreg_dir, ray_session,
+                                                                      monkeypatch, capsys):
+    import json
+
+    tmp_path = linreg_dir
+    config = yaml.safe_load((tmp_path / "linreg_config.yaml").read_text())
+    (tmp_path / "linreg_config.json").write_text(json.dumps(config, indent=2))
+    edit_linreg(tmp_path, name="json-base", base_config="linreg_config.json",
+                search_space={"lr": {"type": "loguniform", "low": 0.01, "high": 0.1}},
+                budget={"trials": 3, "max_steps": 40, "concurrent": 2, "scheduler": "none"},
+                confirm={"seeds": 1, "lr_probe": 0})
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "linreg.yaml", "--quiet"]) == 0
+    capsys.readouterr()
+    out = tmp_path / "results" / "json-base"
+    assert main(["best", str(out)]) == 0
+    best = capsys.readouterr().out.strip()
+    assert best.endswith(".json") and "rank-01-" in best
+    with open(best) as fh:  # what the user's `json.load(open(args.config))` does
+        handed = json.load(fh)
+    trial = best.rsplit("-", 1)[1].removesuffix(".json")
+    row = _trials(out).set_index("trial_id").loc[trial]
+    assert handed == {**config, "train": {**config["train"], "lr": row["lr"]}}
+    header = (out / "stable" / f"rank-01-{trial}.header").read_text()
+    assert "confirmation: stable on 1/1 extra seeds" in header
+    assert pd.read_csv(out / "pareto.csv")["yaml"].iloc[0] == f"stable/rank-01-{trial}.json"
+    assert main(["report", str(out)]) == 0  # the report reads the folder as it is
+
+
 def test_report_best_and_machine_readable_output(linreg_run, capsys):
     import json
 

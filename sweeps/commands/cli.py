@@ -191,15 +191,15 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_best(args: argparse.Namespace) -> int:
+    from sweeps.results.export import handed_over, header_lines, worse_than_base
+
     folder = Path(args.dir)
-    files = sorted((folder / "stable").glob("rank-*.yaml"))
+    files = handed_over(folder / "stable")
     if not folder.is_dir():
         raise SpecError("DIR", f"no results folder at {folder}", "give e.g. results/<name>")
     if not files:
         echo(f"no confirmed stable config in {folder / 'stable'}", file=sys.stderr)
         return 1
-    from sweeps.results.export import header_lines, worse_than_base
-
     for line in header_lines(files[0]):  # the header says if it is unconfirmed or worse
         if "UNCONFIRMED" in line or line.startswith("WARNING"):
             echo(f"warning: {line}", file=sys.stderr)

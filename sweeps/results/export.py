@@ -1,7 +1,13 @@
-"""Write-back: the chosen knob values merged into the user's own base config."""
+"""Write-back: the chosen knob values merged into the user's own base config.
+
+A YAML hand-over carries its provenance header as comments; JSON has none, so a JSON
+hand-over (``rank-01-<trial>.json``, the base config's own format) is the config alone
+and its header is the text file beside it (``rank-01-<trial>.header``).
+"""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -25,7 +31,19 @@ def _fmt(value: Any) -> str:
 
 
 def render(sweep: Sweep, values: dict[str, Any], provenance: dict[str, Any]) -> str:
-    """YAML text: a provenance header in comments, then the merged config."""
+    """YAML text: a provenance header in comments (:func:`header`), then the merged config."""
+    body = yaml.safe_dump(config_for(sweep, values), sort_keys=False,
+                          default_flow_style=False, allow_unicode=True)
+    return header(sweep, provenance) + body
+
+
+def render_json(sweep: Sweep, values: dict[str, Any]) -> str:
+    """The merged config as JSON text, keys in the base config's order."""
+    return json.dumps(config_for(sweep, values), indent=2, ensure_ascii=False) + "\n"
+
+
+def header(sweep: Sweep, provenance: dict[str, Any]) -> str:
+    """The provenance header: comment lines, each ending in a newline."""
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     lines = [f"# Written by sweeps {stamp} for sweep '{sweep.name}'"
              + (f" ({sweep.source})" if sweep.source else "")]
@@ -39,13 +57,26 @@ def render(sweep: Sweep, values: dict[str, Any], provenance: dict[str, Any]) -> 
     if unmapped is not None:
         lines.append(f"# WARNING: {unmapped[0]} below is {unmapped[1]}, not the {steps} steps "
                      f"these values ran and held at: train {steps} steps")
-    body = yaml.safe_dump(config_for(sweep, values), sort_keys=False,
-                          default_flow_style=False, allow_unicode=True)
-    return "\n".join(lines) + "\n" + body
+    return "\n".join(lines) + "\n"
+
+
+def suffix(sweep: Sweep) -> str:
+    """The file suffix of a handed-over config: ``.json`` or ``.yaml``."""
+    return ".json" if sweep.config_format == "json" else ".yaml"
+
+
+def handed_over(folder: Path) -> list[Path]:
+    """The configs in ``folder``, ``rank-*.yaml`` or ``rank-*.json``, in rank order."""
+    return sorted(p for p in folder.glob("rank-*") if p.suffix in (".yaml", ".json"))
 
 
 def header_lines(path: Path) -> list[str]:
-    """The comment lines at the top of a written config, without their ``# ``."""
+    """The comment lines at the top of a written config (of a JSON one: in its
+    ``.header`` file), without their ``# ``."""
+    if path.suffix == ".json":
+        path = path.with_suffix(".header")
+        if not path.is_file():
+            return []
     out = []
     for line in path.read_text(encoding="utf-8").splitlines():
         if not line.startswith("#"):
@@ -62,9 +93,13 @@ def worse_than_base(path: Path) -> str | None:
 def write_config(path: Path, sweep: Sweep, values: dict[str, Any],
                  provenance: dict[str, Any]) -> Path:
     """Write one exported config atomically, and beside it (``.overrides``) the same knob
-    values as the override list a Hydra user passes on the command line; returns the
-    config's path."""
-    write_text(path, render(sweep, values, provenance))
+    values as the override list a Hydra user passes on the command line; a JSON config's
+    header goes to ``.header`` beside it. Returns the config's path."""
+    if path.suffix == ".json":
+        write_text(path.with_suffix(".header"), header(sweep, provenance))
+        write_text(path, render_json(sweep, values))
+    else:
+        write_text(path, render(sweep, values, provenance))
     line = " ".join(overrides(sweep.base_config, sweep.values_by_path(values)))
     write_text(path.with_suffix(".overrides"), line + "\n")
     return path

@@ -1,4 +1,5 @@
-"""The files a sweep leaves behind: trials.csv, pareto.csv, stable/*.yaml, trials/*.csv."""
+"""The files a sweep leaves behind: trials.csv, pareto.csv, stable/*.yaml (or .json),
+trials/*.csv."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from sweeps.protocol import (
     seed_column,
 )
 from sweeps.record import objectives
-from sweeps.results.export import write_config
+from sweeps.results.export import suffix, write_config
 from sweeps.spec.loader import Sweep
 from sweeps.spec.space import Categorical, fixed_value
 from sweeps.state.atomic import replace_dir, write_text
@@ -253,7 +254,7 @@ def write_front(sweep: Sweep, book: TrialBook,
         for rank, (conf, row) in enumerate(zip(chosen.handed_over, rows, strict=False),
                                            start=1):
             rec = book.trials[conf.trial_id]
-            name = f"rank-{rank:02d}-{rec.trial_id}.yaml"
+            name = f"rank-{rank:02d}-{rec.trial_id}{suffix(sweep)}"
             write_config(tmp / name, sweep, rec.values, provenance(
                 sweep, chosen, rank, conf, rec, book.objective_values(rec, sweep.objectives)))
             row["rank"], row["yaml"] = rank, f"stable/{name}"

@@ -19,6 +19,7 @@ from sweeps.protocol import (
     SEARCH,
     WARM_START,
 )
+from sweeps.results.export import handed_over
 from sweeps.results.files import cell_text
 from sweeps.state.layout import SELECTION_NOTES
 
@@ -154,7 +155,7 @@ def load(folder: Path, name: str | None = None, objectives: list[str] | None = N
         pareto = pareto.sort_values("front_rank")
     knobs = _knobs(trials, declared, resolved)
     kinds = {k: _kind(trials[k], declared.get(k)) for k in knobs}
-    stable = sorted(f"stable/{p.name}" for p in (folder / "stable").glob("*.yaml"))
+    stable = [f"stable/{p.name}" for p in handed_over(folder / "stable")]
     seed = spec.get("seed", 0)
     rules = spec.get("rules") if isinstance(spec.get("rules"), dict) else {}
     baseline = rules.get("baseline_loss")

@@ -7,6 +7,7 @@ and the fix, so the CLI can exit 2 with nothing written and no Ray started.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -223,6 +224,9 @@ class SweepFile(_Strict):
     new_keys: bool = Field(
         default=False, description="write_back paths the base config lacks are added to it "
         "(true) instead of refused (a typo'd path writes a key the trainer never reads)")
+    config_format: Literal["yaml", "json"] | None = Field(
+        default=None, description="the format of the configs handed over in stable/; "
+        "default: json for a .json base_config file, else yaml")
 
 
 @dataclass
@@ -248,6 +252,14 @@ class Sweep:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def config_format(self) -> str:
+        """``yaml`` or ``json``: the format of the handed-over configs
+        (``config_format``, else that of a ``base_config`` file)."""
+        if self.spec.config_format is not None:
+            return self.spec.config_format
+        return "json" if is_json_file(self.spec.base_config) else "yaml"
 
     def values_by_path(self, values: Mapping[str, Any],
                        max_steps: int | None = None) -> dict[str, Any]:
@@ -310,6 +322,7 @@ class Sweep:
         if self.spec.budget.trial_cap is None:
             del data["budget"]["trials"]
         data["base_config"] = self.base_config
+        data["config_format"] = self.config_format  # inline now: the file's format kept
         data["search_space"] = {k: knob_entry(v) for k, v in self.space.items()}
         if self.lr_high_to_probe:  # a run of this copy probes (e.g. a cluster's job)
             data["search_space"]["lr"]["high"] = probed.PROBE
@@ -381,6 +394,41 @@ def read_yaml(path: Path, key: str) -> Any:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise SpecError(key, f"{path} is not valid YAML{where}: {problem}",
                         "fix the YAML syntax (indentation, colons, quotes)") from exc
+
+
+def is_json_file(value: Any) -> bool:
+    """Whether a ``base_config`` value names a JSON file (by its ``.json`` suffix)."""
+    return isinstance(value, str) and value.lower().endswith(".json")
+
+
+def read_json(path: Path, key: str) -> Any:
+    """A JSON file's data, read as JSON (a trailing comma or a key given twice is an
+    error, as it is for the user's own ``json.load``); a SpecError names the line."""
+    try:
+        text = strict_yaml.decode(path.read_bytes())
+    except OSError as exc:
+        raise SpecError(key, f"cannot read {path} ({exc.strerror or exc})",
+                        "check the path; relative paths start at the sweep file's folder") from exc
+    except strict_yaml.YamlProblem as exc:
+        raise SpecError(key, f"{path} line {exc.line}: {exc.problem}", exc.fix) from None
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in pairs:
+            if k in out:
+                raise ValueError(f"key {k!r} is given twice")
+            out[k] = v
+        return out
+
+    try:
+        return json.loads(text, object_pairs_hook=unique)
+    except json.JSONDecodeError as exc:
+        raise SpecError(key, f"{path} is not valid JSON at line {exc.lineno}, column "
+                        f"{exc.colno}: {exc.msg}", "fix the JSON syntax (a trailing comma, "
+                        "a missing quote, comma or brace)") from None
+    except ValueError as exc:
+        raise SpecError(key, f"{path}: {exc}",
+                        "keep one of them; with two, one would be ignored") from None
 
 
 def load_sweep(path: str | Path, *, workdir: Path, import_trainer: bool = True,
@@ -496,12 +544,15 @@ def _space_file(rel: str, dirs: Dirs) -> Path:
 
 
 def _base_config(value: str | dict[str, Any] | None, dirs: Dirs) -> dict[str, Any]:
-    """The base config: a mapping inline, a YAML file, or a Hydra primary config (a file
-    with a ``defaults:`` list, composed by Hydra: :mod:`sweeps.spec.hydra_config`)."""
+    """The base config: a mapping inline, a YAML or JSON (``.json``) file, or a Hydra
+    primary config (a file with a ``defaults:`` list, composed by Hydra:
+    :mod:`sweeps.spec.hydra_config`)."""
     if value is None:
         return {}
     data = value
-    if isinstance(value, str):
+    if is_json_file(value):
+        data = read_json(_resolve(str(value), dirs), "base_config")
+    elif isinstance(value, str):
         path = _resolve(value, dirs)
         data = read_yaml(path, "base_config")
         if hydra_config.is_hydra(data):
@@ -510,7 +561,7 @@ def _base_config(value: str | dict[str, Any] | None, dirs: Dirs) -> dict[str, An
         data = {}
     if not isinstance(data, Mapping):
         raise SpecError("base_config", f"the base config holds {a_type(data)}, "
-                        "not a mapping", "point it at a YAML file of key: value sections")
+                        "not a mapping", "point it at a YAML (or JSON) file of key: value sections")
     for key in data:
         if not isinstance(key, str):
             raise SpecError(f"base_config.{key}", "keys must be strings",

@@ -93,3 +93,53 @@ def test_a_knob_named_max_steps_is_written_like_any_knob(tmp_path: Path) -> None
                         write_back={"lr": "train.lr", "max_steps": "train.steps"})
     assert sweep.steps_path is None  # a knob, not the budget's step count
     assert config_for(sweep, {"lr": 0.2, "max_steps": 40})["train"]["steps"] == 40
+
+
+def _json_base(folder: Path, text: str | None = None) -> Sweep:
+    """The linreg sweep with its base config as a JSON file (``text``, else the YAML's)."""
+    import json
+
+    from tests.unit.conftest import load_linreg
+
+    load_linreg(folder)  # copies the files
+    config = yaml.safe_load((folder / "linreg_config.yaml").read_text())
+    (folder / "linreg_config.json").write_text(text or json.dumps(config, indent=4))
+    return load_linreg(folder, base_config="linreg_config.json")
+
+
+def test_a_json_base_config_is_handed_over_as_json_with_its_header_beside_it(
+        tmp_path: Path) -> None:
+    import json
+
+    from sweeps.results.export import handed_over, header_lines
+
+    sweep = _json_base(tmp_path)
+    assert sweep.config_format == "json"
+    path = write_config(tmp_path / "stable" / "rank-01-abc.json", sweep, {"lr": 0.25},
+                        {"trial": "abc"})
+    data = json.loads(path.read_text())  # the file is JSON alone, no comment lines
+    assert data == {**sweep.base_config, "train": {**sweep.base_config["train"], "lr": 0.25}}
+    assert list(data) == ["experiment", "train", "notes"]
+    assert header_lines(path)[1:3] == ["trial: abc", "steps per run: 60 (budget.max_steps)"]
+    assert handed_over(tmp_path / "stable") == [path]
+    # the format survives the resolved copy (base config inline) a results folder keeps
+    from sweeps.spec.loader import load_sweep_dict
+
+    again = load_sweep_dict(sweep.resolved(), base_dir=tmp_path, workdir=tmp_path,
+                            import_trainer=False)
+    assert again.config_format == "json"
+
+
+def test_a_json_base_config_is_read_as_json(tmp_path: Path) -> None:
+    import pytest
+
+    from sweeps.errors import SpecError
+
+    text = '{\n  "experiment": "linreg",\n  "train": {"lr": 0.1, "steps": 60,}\n}\n'
+    with pytest.raises(SpecError) as err:  # YAML would take the trailing comma
+        _json_base(tmp_path, text)
+    assert err.value.key == "base_config"
+    assert "is not valid JSON at line 3, column" in str(err.value)
+    twice = '{"train": {"lr": 0.1, "steps": 60}, "train": {"lr": 1}}'
+    with pytest.raises(SpecError, match="key 'train' is given twice"):
+        _json_base(tmp_path, twice)
