@@ -29,6 +29,7 @@ from sweeps.protocol import (
     PRUNED,
     ROLE_KEY,
     RUN_KEY,
+    SEARCH,
     STABILITY_CONSTRAINT,
 )
 from sweeps.record.book import TrialBook, TrialRecord
@@ -156,10 +157,19 @@ class StabilityAwareSearch(OptunaSearch):
         budget = self.book.sweep.spec.budget
         if getattr(self, "inert", None):  # a searched knob does nothing: start no more
             return False
-        if budget.trial_cap is not None and \
-                len(compat.optuna_search_trials(self)) >= budget.trial_cap:
+        if budget.trial_cap is not None and self._search_trials() >= budget.trial_cap:
             return False
         return budget.total_steps is None or spent + self.race.reserve() < budget.total_steps
+
+    def _search_trials(self) -> int:
+        """Search trials started so far: the sampler's (running, or restored with Ray
+        Tune's state) and every one the book saw finish. After a driver died, a trial
+        that finished after Ray Tune last saved its state is in the book alone; counting
+        the sampler's alone let a resumed sweep run past ``budget.trials``."""
+        ids = set(compat.optuna_search_trials(self))
+        ids.update(t for t, rec in self.book.trials.items()
+                   if rec.role == SEARCH and rec.finished)
+        return len(ids)
 
     def suggest(self, trial_id: str) -> dict | str | None:
         """The next trial: a race re-run (one at a time while the search goes on, any

@@ -1,0 +1,36 @@
+"""``budget.trials`` counts every search trial the book saw finish, not only the ones the
+sampler holds: a resumed sweep whose restored sampler state predates some finished trials
+starts no trial past the cap."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+from ray.tune.search import Searcher
+
+from sweeps.record.book import TrialBook
+from sweeps.tune.searcher import StabilityAwareSearch
+from tests.unit.conftest import load_linreg
+
+
+def _finished(book: TrialBook, trial_id: str, lr: float) -> None:
+    for step in range(1, 11):
+        book.record(trial_id, {"step": step, "loss": 1.0 / step, "val_loss": 1.0 / step,
+                               "config": {"lr": lr}})
+    book.finish(trial_id, {"done": True, "config": {"lr": lr}}, error=False)
+
+
+def test_search_trials_the_book_saw_finish_count_towards_the_trial_cap(tmp_path: Path) -> None:
+    sweep = load_linreg(tmp_path, budget={"trials": 3, "max_steps": 10, "concurrent": 1,
+                                          "scheduler": "none"},
+                        confirm={"seeds": 0, "lr_probe": 0})
+    book = TrialBook(sweep)
+    searcher = StabilityAwareSearch(sweep, book, storage=optuna.storages.InMemoryStorage())
+    first = searcher.suggest("a")
+    assert isinstance(first, dict)  # under the cap: a config to run
+    _finished(book, "a", first["lr"])
+    # two more finished while the sampler's state was not saved (a driver that died)
+    _finished(book, "b", 0.01)
+    _finished(book, "c", 0.02)
+    assert searcher.suggest("d") == Searcher.FINISHED
