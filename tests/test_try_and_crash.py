@@ -50,6 +50,22 @@ def test_try_rejects_an_unknown_knob(linreg_dir, capsys, monkeypatch):
     assert "--set momentum" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("pair", "says"), [
+    ("lr=abc", "--set lr: 'abc' is not a number, and lr is a loguniform knob"),
+    ("lrr=0.01", "fix: did you mean lr=0.01?"),
+    ("train.lr=fast", "--set lr: 'fast' is not a number"),  # the knob's own path
+    ("notes.tags=a", "the base config holds a list there (['a', 'b']), not 'a'"),
+    ("train.steps=many", "'many' is not a number, and the base config holds the number 60"),
+])
+def test_try_refuses_a_set_value_the_trainer_could_not_take(linreg_dir, capsys, monkeypatch,
+                                                           pair, says):
+    monkeypatch.chdir(linreg_dir)
+    assert main(["try", "linreg.yaml", "--set", pair]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert says in err
+    assert not (linreg_dir / "results").exists()
+
+
 @pytest.mark.parametrize("fail,step", [("raise", 0), ("raise_late", 4)])
 def test_trainer_exception_is_a_crash_with_its_traceback(linreg_dir, fail, step):
     sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 from typing import Any
 
@@ -9,8 +10,9 @@ from rich.console import Console
 
 from sweeps.errors import SpecError
 from sweeps.protocol import COMPILE_KEY, FINAL_KEY, REASON_KEY, RESULT_PREFIX, SEED_KEY
+from sweeps.spec.config_paths import get_path
 from sweeps.spec.loader import Sweep
-from sweeps.spec.space import Fixed, central_value
+from sweeps.spec.space import Categorical, Fixed, IntRange, LogUniform, Uniform, central_value
 from sweeps.terminal import console as make_console
 from sweeps.terminal import flagged
 from sweeps.trial.compile import compile_mode, eager_fallback
@@ -28,13 +30,60 @@ def try_values(sweep: Sweep, sets: dict[str, Any]) -> dict[str, Any]:
     knob_at = {path: knob for knob, path in sweep.spec.write_back.items() if knob in sweep.space}
     for key, value in sets.items():
         if key in sweep.space:
+            _check_knob_value(sweep, key, value)
             values[key] = value
         elif key in knob_at:  # a knob's own path (opt.lr): the knob, or it would overwrite it
+            _check_knob_value(sweep, knob_at[key], value)
             values[knob_at[key]] = value
         elif key not in sweep.spec.write_back.values() and "." not in key:
-            raise SpecError(f"--set {key}", "is neither a knob nor a dotted config path",
-                            f"use one of {', '.join(sweep.space)} or e.g. training.batch_size")
+            near = difflib.get_close_matches(key, list(sweep.space), n=1)
+            fix = f"did you mean {near[0]}={_shown(value)}?" if near else \
+                f"use one of {', '.join(sweep.space)}, or a dotted path of your config"
+            raise SpecError(f"--set {key}", "is neither a knob nor a dotted config path", fix)
+        else:
+            _check_config_value(sweep, key, value)
     return values
+
+
+def _shown(value: Any) -> str:
+    return "null" if value is None else str(value)
+
+
+def _check_knob_value(sweep: Sweep, name: str, value: Any) -> None:
+    """A ``--set`` value a knob can take: a number for a range (a whole one for an ``int``
+    knob; outside the range is allowed, to try it), one of a categorical's choices."""
+    knob = sweep.space[name]
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(knob, (LogUniform, Uniform)) and not number:
+        raise SpecError(f"--set {name}", f"{_shown(value)!r} is not a number, and {name} is a "
+                        f"{knob.type} knob", f"give a number, e.g. {name}={central_value(knob)}")
+    if isinstance(knob, IntRange) and not (number and float(value).is_integer()):
+        raise SpecError(f"--set {name}", f"{_shown(value)!r} is not a whole number, and {name} "
+                        "is an int knob", f"give a whole number, e.g. {name}="
+                        f"{central_value(knob)}")
+    if isinstance(knob, Categorical) and value not in knob.choices:
+        raise SpecError(f"--set {name}", f"{_shown(value)!r} is not one of {name}'s choices",
+                        "use one of " + ", ".join(_shown(c) for c in knob.choices))
+
+
+def _check_config_value(sweep: Sweep, path: str, value: Any) -> None:
+    """A ``--set`` value for a config path of the same kind as the base config's there (a
+    list for a list, a number for a number): a scalar where the trainer expects a list
+    crashes it."""
+    current = get_path(sweep.base_config, path, None)
+    if current is None or value is None:
+        return
+    kinds = ((list, "a list, e.g. [0.9, 0.999]"), (dict, "a mapping, e.g. {a: 1}"))
+    for kind, example in kinds:
+        if isinstance(current, kind) and not isinstance(value, kind):
+            raise SpecError(f"--set {path}", f"the base config holds {example.split(',')[0]} "
+                            f"there ({current!r}), not {_shown(value)!r}",
+                            f"give {example} (YAML flow syntax)")
+    numeric = isinstance(current, (int, float)) and not isinstance(current, bool)
+    if numeric and isinstance(value, str):
+        raise SpecError(f"--set {path}", f"{value!r} is not a number, and the base config "
+                        f"holds the number {current!r} there", f"give a number, e.g. "
+                        f"{path}={current!r}")
 
 
 def try_trial(sweep: Sweep, sets: dict[str, Any], *, steps: int | None = None,
