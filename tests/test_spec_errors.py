@@ -39,6 +39,9 @@ CASES = {
     "log bound <= 0": (lambda d: d["search_space"].update(
         lr={"type": "loguniform", "low": 0.0, "high": 1.0}), "search_space.lr.low",
         "greater than 0"),
+    "a knob key misspelt": (lambda d: d["search_space"].update(
+        lr={"type": "loguniform", "low": 1e-4, "hgih": 0.3}), "search_space.lr.hgih",
+        "did you mean 'high'?"),
     "low > high": (lambda d: d["search_space"].update(
         lr={"type": "loguniform", "low": 1.0, "high": 0.1}), "search_space.lr",
         "swap them: low: 0.1, high: 1.0"),

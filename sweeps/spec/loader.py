@@ -796,7 +796,8 @@ def _validate(model: Any, data: Any, root: str) -> Any:
 
 
 def _spec_error(exc: ValidationError, root: str, model: Any) -> SpecError:
-    err = exc.errors(include_url=False)[0]
+    errors = exc.errors(include_url=False)
+    err = _misspelt(errors) or errors[0]
     loc = [str(p) for p in err["loc"] if not (isinstance(p, str) and p in KNOB_TYPES)]
     key = ".".join([root, *loc] if root else loc) or root or "(top level)"
     etype, msg = err["type"], err["msg"]
@@ -821,6 +822,14 @@ def _spec_error(exc: ValidationError, root: str, model: Any) -> SpecError:
     if etype == "value_error":
         return SpecError(key, msg.removeprefix("Value error, "), fix)
     return SpecError(key, msg[0].lower() + msg[1:], fix)
+
+
+def _misspelt(errors: list[Any]) -> Any:
+    """The unknown key beside a missing one (``hgih`` where ``high`` is missing): the typo
+    is the error to name, not the key it left missing."""
+    missing = [e["loc"][:-1] for e in errors if e["type"] == "missing"]
+    return next((e for e in errors if e["type"] == "extra_forbidden"
+                 and e["loc"][:-1] in missing), None)
 
 
 def _choice_error(loc: list[str], given: Any) -> tuple[list[str], str, str] | None:
