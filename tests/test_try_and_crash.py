@@ -66,6 +66,16 @@ def test_try_refuses_a_set_value_the_trainer_could_not_take(linreg_dir, capsys, 
     assert not (linreg_dir / "results").exists()
 
 
+def test_try_names_an_objective_metric_the_trainer_never_reports(linreg_dir, capsys,
+                                                                 monkeypatch):
+    edit_linreg(linreg_dir, objectives=[{"metric": "val_los", "mode": "min"}])
+    monkeypatch.chdir(linreg_dir)
+    assert main(["try", "linreg.yaml", "--set", "lr=0.05", "--steps", "20"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "error: objectives.0.metric: the trainer never reported 'val_los'" in err
+    assert "fix: did you mean 'val_loss'?" in err
+
+
 @pytest.mark.parametrize("fail,step", [("raise", 0), ("raise_late", 4)])
 def test_trainer_exception_is_a_crash_with_its_traceback(linreg_dir, fail, step):
     sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir)

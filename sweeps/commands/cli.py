@@ -75,6 +75,12 @@ def cmd_try(args: argparse.Namespace) -> int:
                     console=console)
     if lr_not_followed(try_values(sweep, sets).get("lr"), rec.history):
         return 2
+    if rec.verdict is not None and rec.verdict.reason == "bad_metric":
+        from sweeps.trial.run import unreported
+
+        metric = str(rec.verdict.evidence.get("metric"))
+        index = next((i for i, o in enumerate(sweep.objectives) if o.metric == metric), 0)
+        raise SpecError(f"objectives.{index}.metric", *unreported(metric, rec.history))
     return 0 if rec.verdict is None else 1
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from sweeps.protocol import CRASH, SEARCH
 from sweeps.record import objectives
 from sweeps.record.book import TrialRecord
+from sweeps.trial.run import reported_metrics
 
 #: Sampled LRs must span at least this factor before the check can tell.
 MIN_SPAN = 10.0
@@ -112,9 +113,7 @@ def unreported_objective(records: Iterable[TrialRecord],
                  if r.reason == "bad_metric" and r.evidence.get("metric") == metric]
         if len(ended) < UNREPORTED_TRIALS:
             continue
-        seen = sorted({k for r in records for h in r.history for k, v in h.items()
-                       if isinstance(v, (int, float)) and not isinstance(v, bool)
-                       and k != "step"})
+        seen = reported_metrics([h for r in records for h in r.history])
         near = difflib.get_close_matches(metric, seen, n=1, cutoff=0.5)
         hint = f"did you mean '{near[0]}'? " if near else ""
         return InertKnob(metric, f"{len(ended)} search trials ran to their end and never "

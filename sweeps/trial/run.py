@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 from typing import Any
@@ -170,10 +171,26 @@ def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink,
     missing = [m for m in required if not any(m in h for h in reporter.history)]
     if missing:
         return _crashed(reporter, sink, Verdict("bad_metric", _last_step(reporter), {
-            "metric": missing[0], "error": f"the trainer never reported {missing[0]!r}, "
-            "an objective of the sweep; report it (or change objectives)"}))
+            "metric": missing[0], "error": "; ".join(unreported(missing[0], reporter.history))}))
     sink({**reporter.history[-1], STATUS_KEY: OK, FINAL_KEY: 1})
     return reporter
+
+
+def unreported(metric: str, history: list[dict[str, Any]]) -> tuple[str, str]:
+    """Why a trial that never reported objective ``metric`` ended (what it did report),
+    and the fix (the closest of those)."""
+    seen = reported_metrics(history)
+    near = difflib.get_close_matches(metric, seen, n=1, cutoff=0.5)
+    hint = f"did you mean {near[0]!r}? " if near else ""
+    return (f"the trainer never reported {metric!r}, an objective of the sweep (it reported: "
+            f"{', '.join(seen) or 'nothing'})",
+            f"{hint}Report it, or name a reported metric in objectives")
+
+
+def reported_metrics(history: list[dict[str, Any]]) -> list[str]:
+    """The numeric metrics a history's reports carried (not ``step``), sorted."""
+    return sorted({k for h in history for k, v in h.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step"})
 
 
 #: Objective metrics sweeps measures itself rather than reading from reports.
