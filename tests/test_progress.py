@@ -150,7 +150,11 @@ def test_a_confirmation_stage_tells_its_own_time_left(linreg_dir):
     rerun = _trial("r2", 0.1, 20, 0.3)  # a fresh seed of candidate c1: named by c1
     rerun.last_result["config"].update({"_role": "confirm:c1", "_seed": 2})
     _feed(progress, book, rerun)
-    assert "best val_loss 0.3 (c1, seed 2)" in out.getvalue()
+    assert "best fresh-seed run val_loss 0.3 (c1, seed 2)" in out.getvalue()
+    probe = _trial("p1", 0.2, 20, 0.1)  # the LR x 2 probe of c1: not a config's result
+    probe.last_result["config"].update({"_role": "probe:c1", "_seed": 0, "_lr_scale": 2.0})
+    _feed(progress, book, probe)
+    assert "(c1, seed 0)" not in out.getvalue()
 
 
 def test_a_resumed_sweep_counts_on_and_prints_no_trial_twice(linreg_dir, capsys):

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from sweeps.protocol import CRASH, FINISHED_OK, OK, SEARCH
+from sweeps.protocol import CRASH, FINISHED_OK, OK, SEARCH, probe_role
 from sweeps.record import objectives
 from sweeps.record.book import TrialBook, TrialRecord
 from sweeps.results.race import owner_of
@@ -135,7 +135,10 @@ class ProgressLines(Callback):
             self.console.print(f"    {self.tally()}", style="dim")
 
     def _update_best(self, rec: TrialRecord) -> None:
-        if rec.status != OK or not self.book.sweep.objectives:
+        """The best quality so far; a probe run (the LR scaled) is not a config's result."""
+        owner = owner_of(rec.role)  # a re-run: the candidate it re-runs, on which seed
+        if rec.status != OK or not self.book.sweep.objectives or \
+                (owner is not None and rec.role == probe_role(owner)):
             return
         first = self.book.sweep.objectives[0]
         value = objectives.metric_value(rec.history, first.metric)
@@ -143,7 +146,6 @@ class ProgressLines(Callback):
             return
         key = value if first.mode == "min" else -value
         if self.best is None or key < self.best[0]:
-            owner = owner_of(rec.role)  # a re-run: the candidate it re-runs, on which seed
             who = f"{owner}, seed {rec.seed}" if owner else rec.trial_id
             self.best = (key, f"{first.metric} {value:.4g} ({who})")
 
@@ -247,7 +249,8 @@ class ProgressLines(Callback):
 
     def tally(self) -> str:
         counts = ", ".join(f"{k} {n}" for k, n in sorted(self.counts.items()))
-        best = f" | best {self.best[1]}" if self.best else ""
+        label = "best" if self.stage is None else "best fresh-seed run"
+        best = f" | {label} {self.best[1]}" if self.best else ""
         return f"{counts}{best} | {self.time_text()}"
 
     def time_text(self, now: float | None = None) -> str:
