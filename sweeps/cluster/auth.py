@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from sweeps.tune.compat import reload_ray_config
+from sweeps.tune.compat import cluster_needs_token, reload_ray_config
 
 MODE_VAR = "RAY_AUTH_MODE"
 TOKEN_VAR = "RAY_AUTH_TOKEN"
@@ -60,10 +60,15 @@ def enable_for_driver(address: str | None) -> bool:
     """Let ``ray.init(address=...)`` send the token to a token-protected cluster.
 
     Sets ``RAY_AUTH_MODE=token`` for this process when a cluster address is given, the
-    mode is not set, and a token exists; a cluster without token authentication ignores
-    the token. Returns whether it did. Ray Client addresses (``ray://``) are left alone.
+    mode is not set, a token exists, and the cluster does not take a client without one
+    (asked first: :func:`sweeps.tune.compat.cluster_needs_token`). A driver in token mode
+    on a cluster without token authentication connects, but the cluster cannot call it
+    back: every trial's actor is cancelled before it starts. Returns whether it did. Ray
+    Client addresses (``ray://``) are left alone.
     """
     if not address or "://" in address or os.environ.get(MODE_VAR) or find_token() is None:
+        return False
+    if cluster_needs_token(address) is False:
         return False
     os.environ[MODE_VAR] = "token"
     reload_ray_config()

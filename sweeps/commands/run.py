@@ -38,7 +38,7 @@ from sweeps.trial.knob_check import inert_knob, unreported_objective
 from sweeps.trial.run import trainer_metrics
 from sweeps.tune.experiments import run_configs, run_search
 from sweeps.tune.searcher import fail_interrupted, study_storage
-from sweeps.tune.session import ray_running
+from sweeps.tune.session import check_address, ray_running
 
 
 @dataclass
@@ -116,6 +116,7 @@ def run_sweep(sweep: Sweep, *, address: str | None = None, progress: bool = True
     mode it dropped on a machine without a GPU drops the earlier trials that used it).
     ``search_space.lr.high: probe`` is set by the boundary probe after the preflight,
     before the sweep is saved and Ray starts (:func:`sweeps.commands.lr_range.probe_lr_high`)."""
+    check_address(address)  # a wrong one would hang in Ray, after the folder was claimed
     warm = warm_start.load(warm_from, sweep) if warm_from is not None else None
     with folder_lock.claim(sweep.output_dir, "run"):
         moved = archive_previous(sweep.output_dir)
@@ -150,6 +151,7 @@ def resume_sweep(folder: Path, *, address: str | None = None, progress: bool = T
     candidates the budget left unsettled are settled with the steps it adds."""
     folder = Path(folder).resolve()
     _require_sweep(folder)
+    check_address(address)
     state_seal.check(folder, trust=trust_state)  # before anything in it is touched
     with folder_lock.claim(folder, "resume"):
         state_check.check_for_resume(folder, echo=echo_stderr)

@@ -28,7 +28,7 @@ from sweeps.trial.gpu import trial_device
 from sweeps.trial.run import prepare_process, run_trainer, trial_values
 from sweeps.trial.tryout import try_values
 from sweeps.tune.experiments import run_configs
-from sweeps.tune.session import ray_running
+from sweeps.tune.session import check_address, ray_running
 
 if TYPE_CHECKING:
     from sweeps.results.sharpness import Sharpness
@@ -82,6 +82,7 @@ def run_stability(sweep: Sweep, param: str, values: list[Any], *, seeds: int = 3
     names = [param] + ([second[0]] if second else [])
     base = {k: v for k, v in try_values(sweep, {}).items() if k not in names}
     runs = stability.plan(base, param, values, [sweep.spec.seed + i for i in range(seeds)], second)
+    check_address(address)  # before the earlier grid's runs are removed
     with claim(sweep.output_dir, "stability"):  # one owner per results folder
         shutil.rmtree(sweep.output_dir / FOLDER, ignore_errors=True)
         with books_of(sweep):

@@ -9,6 +9,7 @@ imported inside the functions, so importing this module imports neither.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -62,6 +63,36 @@ def reload_ray_config() -> None:
         Config.initialize("")
     except ImportError:
         pass
+
+
+def cluster_needs_token(gcs_address: str) -> bool | None:
+    """Whether the Ray cluster at ``gcs_address`` refuses a client without a token (True),
+    takes one without it (False), or could not be asked (None).
+
+    Asked with ``ray._raylet.GcsClient``, in this process's current (non-token) auth
+    mode; the C++ warning a refusal logs to stderr is kept off the terminal. Checked with
+    ray 2.60.0 (``AuthenticationError`` when the token is missing).
+    """
+    try:
+        from ray._raylet import GcsClient
+        from ray.exceptions import AuthenticationError
+    except ImportError:
+        return None
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            try:
+                GcsClient(address=gcs_address)
+            finally:
+                os.dup2(saved, 2)
+    except AuthenticationError:
+        return True
+    except Exception:  # noqa: BLE001 - ray.init will say what is wrong with the address
+        return None
+    finally:
+        os.close(saved)
+    return False
 
 
 def reset_ray_token_cache() -> None:

@@ -322,6 +322,38 @@ def _reload_token() -> None:
     compat.reset_ray_token_cache()
 
 
+#: Seconds a cluster's GCS port has to accept a TCP connection before ``--address`` is
+#: called wrong (Ray itself retries for many minutes, deaf to Ctrl-C).
+ADDRESS_TIMEOUT_S = 5.0
+
+
+def check_address(address: str | None) -> None:
+    """A SpecError naming ``--address`` when nothing accepts a TCP connection at it
+    (``host:port`` or ``ray://host:port``; ``auto`` and ``local`` are Ray's to find).
+    Called before a results folder is touched.
+
+    Example:
+        >>> check_address("cluster-head")
+        Traceback (most recent call last):
+        ...
+        sweeps.errors.SpecError: --address: 'cluster-head' is not host:port. ...
+    """
+    if address is None or address in ("auto", "local"):
+        return
+    where = address.removeprefix("ray://")
+    host, sep, port = where.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise SpecError("--address", f"{address!r} is not host:port",
+                        "give the cluster's GCS address, e.g. 10.0.0.5:6379 (docs/clusters.md)")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)),
+                                 timeout=ADDRESS_TIMEOUT_S).close()
+    except OSError as exc:
+        raise SpecError("--address", f"nothing answers at {where} ({exc.strerror or exc})",
+                        "start the cluster first, or give its head's GCS address (the "
+                        "host:port `ray start --head` printed; docs/clusters.md)") from None
+
+
 @contextmanager
 def ray_running(address: str | None = None, num_cpus: int | None = None,
                 num_gpus: int | None = None) -> Iterator[RaySession]:
