@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import edit_linreg, read_results_csv, skip_or_fail
-from tests.test_ray_cluster import SCRIPTS, _cluster_python, cluster_env
 from tests.test_node_failure import _record
+from tests.test_ray_cluster import SCRIPTS, _cluster_python, cluster_env
 
 pytestmark = pytest.mark.slow
 

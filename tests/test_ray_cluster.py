@@ -174,6 +174,8 @@ def test_jobs_status_logs_and_list(cluster, submitted, capsys):
     assert main(["jobs", "list", "--address", cluster]) == 0
     assert job_id[:12] in capsys.readouterr().out
     assert main(["jobs", "status", "no-such-job", "--address", cluster]) == 2
+    err = " ".join(capsys.readouterr().err.split())  # the fix reaches this cluster
+    assert f"list the jobs with `sweeps jobs list --address {cluster}`" in err
 
 
 @pytest.mark.slow

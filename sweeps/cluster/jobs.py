@@ -128,7 +128,7 @@ def _unknown_job(job_id: str, url: str, exc: Exception) -> None:
     """Raise a SpecError (exit 2) if ``exc`` says there is no such job."""
     if "does not exist" in str(exc) or "404" in str(exc):
         raise SpecError("JOB", f"no job {job_id!r} on the cluster at {url}",
-                        "list the jobs with `sweeps jobs list`") from exc
+                        f"list the jobs with `sweeps jobs list --address {url}`") from exc
 
 
 def status_of(client: JobSubmissionClient, job_id: str) -> str:
@@ -205,19 +205,20 @@ def cmd_submit(args: argparse.Namespace) -> int:
                         "add large files or folders to .rayignore (or .gitignore), or keep "
                         "data outside the project folder") from exc
     print(job_id, flush=True)
-    where = sub.metadata["sweeps.storage"]
+    where = f"{str(sub.metadata['sweeps.storage']).rstrip('/')}/{sub.sweep_name}"
+    at = f" --address {client.get_address()}"  # the hints reach this cluster, no other
     err_console.print(f"submitted sweep '{sub.sweep_name}' ({sub.sweep_path}) from "
                       f"{sub.project_dir} to {client.get_address()}\n"
                       f"  command: {sub.entrypoint}\n  results: {where}\n"
-                      f"  follow: sweeps jobs logs {job_id} --follow   "
-                      f"stop: sweeps jobs stop {job_id}")
+                      f"  follow: sweeps jobs logs {job_id} --follow{at}   "
+                      f"stop: sweeps jobs stop {job_id}{at}")
     if not args.wait:
         return 0
     try:
         status = follow(client, job_id)
     except KeyboardInterrupt:
         err_console.print(f"stopped following; job {job_id} goes on "
-                          f"(sweeps jobs stop {job_id} ends it)")
+                          f"(sweeps jobs stop {job_id}{at} ends it)")
         raise
     err_console.print(f"job {job_id}: {status}")
     if status == "FAILED":
