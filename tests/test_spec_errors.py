@@ -39,6 +39,12 @@ CASES = {
     "log bound <= 0": (lambda d: d["search_space"].update(
         lr={"type": "loguniform", "low": 0.0, "high": 1.0}), "search_space.lr.low",
         "greater than 0"),
+    "a knob name misspelt in the space": (lambda d: (d["search_space"].update(
+        dropuot={"type": "uniform", "low": 0.0, "high": 0.4}),
+        d["write_back"].update(dropout="train.lr")), "search_space.dropuot",
+        "did you mean 'dropout'? Use one name in both places"),
+    "a knob name misspelt in write_back": (lambda d: d["write_back"].update(
+        {"lrr": d["write_back"].pop("lr")}), "write_back.lrr", "did you mean 'lr'?"),
     "a knob key misspelt": (lambda d: d["search_space"].update(
         lr={"type": "loguniform", "low": 1e-4, "hgih": 0.3}), "search_space.lr.hgih",
         "did you mean 'high'?"),

@@ -736,11 +736,23 @@ def _check_compile(knob: _Knob, key: str) -> None:
                             f"use one of {', '.join(COMPILE_MODES)}")
 
 
+#: The knobs of the default search space (``search_spaces/default.yaml``): names the
+#: rules and the LR probe know, so of two spellings of one knob these are the right ones.
+DEFAULT_KNOBS = ("lr", "grad_clip", "dropout", "weight_decay", "warmup", "compile")
+
+
 def _check_write_back(write_back: dict[str, str], space: dict[str, _Knob],
                       base_config: dict[str, Any]) -> None:
     for knob in write_back:
         if knob not in space and knob != STEPS_KNOB:
-            near = difflib.get_close_matches(knob, list(space), n=1)
+            unmapped = [k for k in space if k not in write_back]
+            near = difflib.get_close_matches(knob, unmapped, n=1) or \
+                difflib.get_close_matches(knob, list(space), n=1)
+            if near and near[0] in unmapped and near[0] not in DEFAULT_KNOBS:
+                # two spellings of one knob: the misspelt one is the one sweeps does not know
+                raise SpecError(f"search_space.{near[0]}", f"has no write_back entry, and "
+                                f"write_back maps '{knob}', a knob the search space lacks",
+                                f"did you mean '{knob}'? Use one name in both places")
             hint = f"did you mean '{near[0]}'?" if near else \
                 f"knobs in the search space: {', '.join(space)}"
             raise SpecError(f"write_back.{knob}", "names no knob of the search space",
