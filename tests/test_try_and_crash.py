@@ -66,6 +66,15 @@ def test_try_refuses_a_set_value_the_trainer_could_not_take(linreg_dir, capsys, 
     assert not (linreg_dir / "results").exists()
 
 
+def test_try_notes_a_set_path_the_base_config_lacks(linreg_dir, capsys, monkeypatch):
+    monkeypatch.chdir(linreg_dir)
+    assert main(["try", "linreg.yaml", "--set", "lr=0.05", "--set", "train.stesp=30",
+                 "--steps", "10"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("note: train.stesp is not in the base config: added for this try (did you mean "
+            "train.steps=30?)") in out
+
+
 def test_try_names_an_objective_metric_the_trainer_never_reports(linreg_dir, capsys,
                                                                  monkeypatch):
     edit_linreg(linreg_dir, objectives=[{"metric": "val_los", "mode": "min"}])

@@ -71,3 +71,17 @@ def with_values(config: Mapping[str, Any], values: Mapping[str, Any]) -> dict[st
             node = nxt
         node[keys[-1]] = value
     return out
+
+
+def leaf_paths(config: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Every dotted path to a value (not a section) of ``config``.
+
+    Example:
+        >>> leaf_paths({"train": {"lr": 0.1, "betas": [0.9, 0.99]}, "seed": 0})
+        ['train.lr', 'train.betas', 'seed']
+    """
+    out = []
+    for key, value in config.items():
+        path = f"{prefix}{key}"
+        out += leaf_paths(value, path + ".") if isinstance(value, Mapping) else [path]
+    return out

@@ -28,7 +28,7 @@ from pydantic import (
 from sweeps.errors import SpecError, a_type
 from sweeps.rules.settings import RuleSettings
 from sweeps.spec import hydra_config, probed, strict_yaml
-from sweeps.spec.config_paths import collision, get_path, split_path, with_values
+from sweeps.spec.config_paths import collision, get_path, leaf_paths, split_path, with_values
 from sweeps.spec.space import (
     KNOB_TYPES,
     Categorical,
@@ -632,14 +632,6 @@ def _knobs(raw: dict[Any, Any], root: str) -> tuple[dict[str, _Knob], bool]:
     return space, to_probe
 
 
-def _leaf_paths(config: Mapping[str, Any], prefix: str = "") -> list[str]:
-    out = []
-    for key, value in config.items():
-        path = f"{prefix}{key}"
-        out += _leaf_paths(value, path + ".") if isinstance(value, Mapping) else [path]
-    return out
-
-
 def unmapped_step_count(spec: SweepFile, space: Mapping[str, Any],
                         base_config: dict[str, Any]) -> tuple[str, Any] | None:
     """(path, value) of a step count in the base config that differs from
@@ -647,7 +639,7 @@ def unmapped_step_count(spec: SweepFile, space: Mapping[str, Any],
     handed-over config would keep it and train a different length than was confirmed."""
     if STEPS_KNOB in spec.write_back or STEPS_KNOB in space:
         return None
-    for path in _leaf_paths(base_config):
+    for path in leaf_paths(base_config):
         value = get_path(base_config, path, None)
         *sections, leaf = path.split(".")
         if leaf in STEP_COUNT_NAMES and isinstance(value, int) and \
@@ -675,7 +667,7 @@ def new_path_notes(write_back: dict[str, str], base_config: dict[str, Any]) -> l
     trainer never reads), with the closest existing path."""
     if not base_config:
         return []
-    leaves = _leaf_paths(base_config)
+    leaves = leaf_paths(base_config)
     notes = []
     for knob, path in write_back.items():
         if path in leaves:
@@ -690,7 +682,7 @@ def new_path_notes(write_back: dict[str, str], base_config: dict[str, Any]) -> l
 def _missing_path_error(write_back: dict[str, str], base_config: dict[str, Any]) -> SpecError:
     """The first write-back path the base config lacks as a value, as one clear error: a
     section (a Hydra config group) is named as such, a typo gets the closest path."""
-    leaves = _leaf_paths(base_config)
+    leaves = leaf_paths(base_config)
     knob, path = next((k, p) for k, p in write_back.items() if p not in leaves)
     key = f"write_back.{knob}"
     section = get_path(base_config, path, None)

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from sweeps.errors import SpecError
 from sweeps.protocol import COMPILE_KEY, FINAL_KEY, REASON_KEY, RESULT_PREFIX, SEED_KEY
-from sweeps.spec.config_paths import get_path
+from sweeps.spec.config_paths import get_path, leaf_paths
 from sweeps.spec.loader import Sweep
 from sweeps.spec.space import Categorical, Fixed, IntRange, LogUniform, Uniform, central_value
 from sweeps.terminal import console as make_console
@@ -47,6 +47,20 @@ def try_values(sweep: Sweep, sets: dict[str, Any]) -> dict[str, Any]:
 
 def _shown(value: Any) -> str:
     return "null" if value is None else str(value)
+
+
+def new_path_notes(sweep: Sweep, sets: dict[str, Any]) -> list[str]:
+    """A note per ``--set`` config path the base config lacks: it is added (a trainer may
+    read it with a default), and a typo would set a key the trainer never reads."""
+    notes = []
+    for path, value in sets.items():
+        if path in sweep.space or path in sweep.spec.write_back.values() or "." not in path \
+                or not sweep.base_config or get_path(sweep.base_config, path, None) is not None:
+            continue
+        near = difflib.get_close_matches(path, leaf_paths(sweep.base_config), n=1)
+        notes.append(f"{path} is not in the base config: added for this try"
+                     + (f" (did you mean {near[0]}={_shown(value)}?)" if near else ""))
+    return notes
 
 
 def _check_knob_value(sweep: Sweep, name: str, value: Any) -> None:
@@ -93,12 +107,15 @@ def try_trial(sweep: Sweep, sets: dict[str, Any], *, steps: int | None = None,
     values and errors come from the trainer: printed as text, cleaned)."""
     console = console or make_console()
     values = try_values(sweep, sets)
+    notes = new_path_notes(sweep, sets)  # before the set paths join the base config
     extra = {k: v for k, v in sets.items() if k not in sweep.space}
     if steps is not None:
         sweep = _with_budget(sweep, steps)
     if extra:
         sweep = _with_base(sweep, extra)
     console.print("try: " + ", ".join(f"{k}={v}" for k, v in {**values, **extra}.items()))
+    for note in notes:
+        console.print(f"note: {note}")
     prepare_process(sweep, int(sweep.spec.resources.cpu), shared_cache=False)
 
     evidence: dict[str, Any] = {}
