@@ -374,7 +374,7 @@ def print_selection(outcome) -> None:
     if not outcome.stable_paths:
         console.print("  (none: no candidate held on every fresh seed)")
     if chosen.base is not None and chosen.base.mean is not None:
-        console.print(f"base config: mean {metric} {chosen.base.mean:.4g} on the same seeds")
+        console.print(f"base config: {chosen.base.summary()}")
     if chosen.base_line():
         console.print(f"note: {chosen.base_line()}")
     for warning in outcome.warnings:

@@ -43,6 +43,7 @@ from typing import Any, ClassVar
 
 from sweeps.protocol import BASE as BASE_ROLE
 from sweeps.protocol import (
+    FAILED,
     FLAT_PATIENCE_KEY,
     LR_SCALE_KEY,
     OK,
@@ -319,7 +320,21 @@ class BaseReference:
 
     @property
     def failures(self) -> list[str]:
-        return [f"seed {r.seed}: {r.failure()}" for r in self.runs if r.status != OK]
+        """Its runs that failed (unstable or crashed), as ``seed N: reason @ step``."""
+        return [f"seed {r.seed}: {r.failure()}" for r in self.runs if r.status in FAILED]
+
+    def summary(self) -> str:
+        """Its mean, the fresh seeds it is over, and any run that failed or was cut."""
+        seeds = sorted(self.fresh)
+        over = (f"on fresh seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+                if seeds else "on the seeds it ran")
+        text = f"mean {self.quality.metric} {self.mean:.4g} {over}"
+        if self.failures:
+            text += f" (unstable on {'; '.join(self.failures)})"
+        cut = [f"seed {r.seed} @ {r.stop_step}" for r in self.runs if r.status == PRUNED]
+        if cut:
+            text += f" (cut by the scheduler for trailing on {'; '.join(cut)})"
+        return text
 
 
 @dataclass

@@ -215,9 +215,7 @@ def provenance(sweep: Sweep, chosen: Selection, rank: int, conf: Confirmation,
     }
     base = chosen.base
     if base is not None and base.mean is not None:
-        out["base config"] = (f"mean {metric} {base.mean:.4g} on the same seeds"
-                              + (f" (unstable on {'; '.join(base.failures)})"
-                                 if base.failures else ""))
+        out["base config"] = base.summary()
     warning = chosen.base_warning() if rank == 1 else None
     if warning:
         out["WARNING"] = warning

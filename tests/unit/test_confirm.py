@@ -206,8 +206,14 @@ def test_an_off_front_candidate_behind_the_base_config_is_poor(tmp_path: Path) -
     # the base config's own search trial is never behind itself
     assert mark_poor([behind], base, base_id="behind") == 1 and behind.holds
     assert mark_poor([behind]) == 1 and behind.holds  # no base config run: nothing to compare
+    assert base.summary() == "mean val_loss 0.27 on fresh seeds 1, 2"
+    base.runs.append(SeedRun(4, "pruned", None, 100, 0.5))  # cut for trailing: no failure
+    assert base.summary() == ("mean val_loss 0.27 on fresh seeds 1, 2 (cut by the scheduler "
+                              "for trailing on seed 4 @ 100)")
+    assert mark_poor([behind], base) == 0 and behind.verdict == "poor"  # still behind
     base.runs.append(SeedRun(3, "unstable", "non_finite", 5, None))
     assert mark_poor([behind], base) == 1 and behind.holds, "a base config that failed a seed"
+    assert "(unstable on seed 3: non_finite @ 5)" in base.summary()
 
 
 def test_a_base_config_off_the_search_space_is_judged_on_its_fresh_seeds(
