@@ -34,3 +34,17 @@ def test_search_trials_the_book_saw_finish_count_towards_the_trial_cap(tmp_path:
     _finished(book, "b", 0.01)
     _finished(book, "c", 0.02)
     assert searcher.suggest("d") == Searcher.FINISHED
+
+
+def test_more_steps_for_a_sweep_budgeted_in_trials_is_refused(tmp_path: Path) -> None:
+    import pytest
+
+    from sweeps.commands.run import with_total_steps
+    from sweeps.errors import SpecError
+
+    sweep = load_linreg(tmp_path)  # budget.trials: 12, no step budget
+    with pytest.raises(SpecError) as err:
+        with_total_steps(sweep, 5000)
+    assert err.value.key == "--total-steps"
+    assert "budgeted in trials (budget.trials: 12), not steps" in str(err.value)
+    assert "--warm-start" in str(err.value)
