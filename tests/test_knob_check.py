@@ -83,6 +83,26 @@ def test_compiled_labels_that_never_compiled_a_graph_are_caught():
     assert compile_ignored(crashed) is None, "a crash sent no evidence worth reading"
 
 
+def test_a_model_torch_compile_cannot_trace_is_told_apart_from_an_unread_knob():
+    import torch
+
+    from sweeps.trial.compile import compile_evidence, compile_model, reset_compiler
+
+    reset_compiler()
+    gru = compile_model(torch.nn.GRU(4, 8, batch_first=True), "default")
+    gru(torch.randn(2, 5, 4))
+    evidence = compile_evidence()
+    reset_compiler()
+    assert evidence["calls"] == 1 and evidence["graphs"] == 0
+    traced_nothing = [_compiled(i, "default", 0) for i in range(3)]
+    for rec in traced_nothing:
+        rec.compile = dict(evidence)
+    why = compile_ignored(traced_nothing)
+    assert "though the trainer called sweeps.compile_model" in why and "GRU" in why
+    assert "does not read the compile knob" not in why
+    assert "make the model one torch.compile can trace" in inert_knob(traced_nothing).fix
+
+
 @pytest.mark.slow
 def test_a_compile_knob_the_trainer_ignores_stops_the_sweep(linreg_dir, ray_session):
     edit_linreg(linreg_dir, name="eager", new_keys=True,

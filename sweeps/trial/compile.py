@@ -16,6 +16,10 @@ COMPILE_MODES: tuple[str, ...] = ("none", "default", "reduce-overhead", "max-aut
 EVIDENCE_KEYS: tuple[str, ...] = ("graphs", "recompiles", "graph_breaks", "eager_frames",
                                   "cache_hits", "cache_misses")
 
+#: Models :func:`compile_model` compiled since :func:`reset_compiler` (the evidence's
+#: ``calls``): whether the trainer asked for compiling at all, when no graph came of it.
+_calls = 0
+
 
 def compile_mode(value: str | bool | None, key: str = "compile") -> str:
     """A config's compile setting as one of :data:`COMPILE_MODES`.
@@ -44,11 +48,13 @@ def compile_model(model: torch.nn.Module, mode: str | bool | None) -> torch.nn.M
         >>> compile_model(m, "none") is m
         True
     """
+    global _calls
     mode = compile_mode(mode)
     if mode == "none":
         return model
     import torch
 
+    _calls += 1
     return torch.compile(model, mode=None if mode == "default" else mode)
 
 
@@ -61,6 +67,8 @@ def reset_compiler() -> None:
     :func:`compile_evidence` speaks of this trial only. The on-disk caches (inductor's FX
     graph cache, AOTAutograd's cache) are kept: a graph compiled before is loaded from them.
     """
+    global _calls
+    _calls = 0
     if "torch._dynamo" not in sys.modules:  # nothing was compiled in this process
         return
     import torch._dynamo
@@ -79,16 +87,18 @@ def compile_evidence() -> dict[str, Any]:
     functions dynamo gave up on and ran eagerly (recompile limit, unsupported code, a
     compile error it suppressed); ``cache_hits`` / ``cache_misses``: inductor's FX graph
     cache; ``limit``: the recompile-limit message with its last reason, if it was hit;
-    ``error``: the first failure dynamo swallowed.
+    ``error``: the first failure dynamo swallowed; ``calls``: models
+    :func:`compile_model` was asked to compile.
     """
     if "torch._dynamo" not in sys.modules:  # nothing was compiled in this process
-        return dict.fromkeys(EVIDENCE_KEYS, 0)
+        return {**dict.fromkeys(EVIDENCE_KEYS, 0), "calls": _calls}
     import torch._dynamo
     from torch._dynamo.utils import counters, get_compilation_metrics
 
     metrics = list(get_compilation_metrics())
     frames = counters["frames"]
     out: dict[str, Any] = {
+        "calls": _calls,
         "graphs": int(counters["stats"]["unique_graphs"]),
         "recompiles": sum(1 for m in metrics if m.recompile_reason),
         "graph_breaks": int(sum(counters["graph_break"].values())),

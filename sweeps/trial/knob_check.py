@@ -77,9 +77,18 @@ def compile_ignored(records: Iterable[TrialRecord]) -> str | None:
     if len(labelled) < MIN_TRIALS or any(rec.compile.get("graphs") for rec in labelled):
         return None
     modes = sorted({str(rec.values["compile"]) for rec in labelled})
-    return (f"{len(labelled)} search trials were labelled compile={'/'.join(modes)} and "
-            "not one compiled a graph: the trainer does not read the compile knob's "
-            "write_back path (or never calls sweeps.compile_model), so the knob does nothing")
+    said = f"{len(labelled)} search trials were labelled compile={'/'.join(modes)} and " \
+        "not one compiled a graph"
+    if any(rec.compile.get("calls") for rec in labelled):
+        error = next((str(rec.compile["error"]) for rec in labelled
+                      if rec.compile.get("error")), None)
+        return (f"{said}, though the trainer called sweeps.compile_model with the mode: "
+                "torch.compile traced nothing of the model"
+                + (f" ({error})" if error else "") + "; torch._dynamo skips some modules "
+                "(nn.GRU and nn.LSTM unless torch._dynamo.config.allow_rnn is set) and runs "
+                "code it cannot trace eagerly, so the knob does nothing")
+    return (f"{said}: the trainer does not read the compile knob's write_back path (or "
+            "never calls sweeps.compile_model), so the knob does nothing")
 
 
 @dataclass(frozen=True)
@@ -133,7 +142,10 @@ def inert_knob(records: Iterable[TrialRecord]) -> InertKnob | None:
                          "reports)")
     why = compile_ignored(records)
     if why:
-        return InertKnob("compile", why, "point write_back.compile at the key your trainer "
-                         "passes to sweeps.compile_model(model, mode), or drop the knob: "
-                         "`compile: none` in search_space")
+        fix = "drop the knob (`compile: none` in search_space), or make the model one " \
+            "torch.compile can trace" if "though the trainer called" in why else \
+            "point write_back.compile at the key your trainer passes to " \
+            "sweeps.compile_model(model, mode), or drop the knob: `compile: none` in " \
+            "search_space"
+        return InertKnob("compile", why, fix)
     return None
