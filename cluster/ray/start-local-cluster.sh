@@ -19,7 +19,8 @@
 #   SWEEPS_RAY_PORT            head GCS port              (6379)
 #   SWEEPS_RAY_DASHBOARD_HOST  dashboard / Jobs API host  (127.0.0.1)
 #   SWEEPS_RAY_DASHBOARD_PORT  dashboard / Jobs API port  (8265)
-#   SWEEPS_RAY_CLIENT_PORT     ray:// port (needs ray[client]; Ray's default 10001)
+#   SWEEPS_RAY_CLIENT_PORT     ray:// port (needs ray[client]; Ray's default 10001; not in
+#                              Ray's worker port range 10002-19999)
 #   SWEEPS_RAY_AGENT_PORT      dashboard agent port of the head; worker i uses +i (52365)
 #   SWEEPS_RAY_WORKERS         worker nodes               (1)
 #   SWEEPS_RAY_CPUS            CPUs per node              (1)
@@ -55,6 +56,9 @@ record="$dir/cluster.env"
 
 die() { echo "start-local-cluster: $*" >&2; exit 1; }
 
+if [[ -n "$client_port" ]] && (( client_port >= 10002 && client_port <= 19999 )); then
+  die "SWEEPS_RAY_CLIENT_PORT=$client_port is in Ray's worker port range 10002-19999: pick one outside it (e.g. $((port + 3000)))"
+fi
 make_private "$dir"
 # the longest socket path Ray will make under $dir (a 7-digit pid in the session name)
 longest="$dir/worker$workers/session_2026-01-01_00-00-00_000000_4194304/sockets/plasma_store"
