@@ -68,6 +68,7 @@ def _parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
 def cmd_try(args: argparse.Namespace) -> int:
     from sweeps.spec.loader import load_sweep
     from sweeps.trial.tryout import lr_not_followed, try_trial, try_values
+    from sweeps.trial.wiring import ZERO_GRAD_NORM_FIX, ZERO_GRAD_NORM_PROBLEM, grad_norms_all_zero
 
     sweep = load_sweep(args.file, workdir=Path.cwd())
     sets = _parse_sets(args.set or [])
@@ -75,6 +76,9 @@ def cmd_try(args: argparse.Namespace) -> int:
                     console=console)
     if lr_not_followed(try_values(sweep, sets).get("lr"), rec.history):
         return 2
+    if grad_norms_all_zero(rec.history):
+        raise SpecError("trainer", f"{ZERO_GRAD_NORM_PROBLEM}; the rules would judge a "
+                        "gradient that was never measured", ZERO_GRAD_NORM_FIX)
     if rec.verdict is not None and rec.verdict.reason == "bad_metric":
         from sweeps.trial.run import unreported
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -34,7 +35,7 @@ from sweeps.state import seal as state_seal
 from sweeps.state.atomic import write_text
 from sweeps.state.layout import SELECTION_NOTES, STUDY_FILE, TRACKING_NOTE
 from sweeps.terminal import echo_stderr
-from sweeps.trial.knob_check import inert_knob, unreported_objective
+from sweeps.trial.knob_check import sweep_problem
 from sweeps.trial.run import trainer_metrics
 from sweeps.tune.experiments import run_configs, run_search
 from sweeps.tune.searcher import fail_interrupted, study_storage
@@ -200,8 +201,7 @@ def _execute(sweep: Sweep, *, address: str | None, progress: bool, tracking_uri:
             book.set_aside_unfinished()
         with ray_running(address):
             run_search(sweep, book, progress=progress, resume=resume)
-            inert = inert_knob(book.trials.values()) or unreported_objective(
-                book.trials.values(), trainer_metrics(sweep))
+            inert = sweep_problem(book.trials.values(), trainer_metrics(sweep))
             if inert is not None:
                 raise SpecError(inert.key, inert.why, inert.fix)
             if resume:
@@ -231,6 +231,25 @@ def fallback_lines(book: TrialBook) -> list[str]:
         shown = ", ".join(ids[:3]) + (", …" if len(ids) > 3 else "")
         who = f"trial {ids[0]}" if len(ids) == 1 else f"{len(ids)} trials ({shown})"
         lines.append(f"{who} {text}")
+    return lines
+
+
+def warning_lines(book: TrialBook) -> list[str]:
+    """One line per kind of warning the trials gave (how the trainer is wired, or a
+    warning-level rule), with how many trials gave it and the first ones."""
+    by_text: dict[str, list[str]] = {}
+    for rec in book.trials.values():
+        for given in rec.warnings:
+            for part in given.split("; "):
+                text = re.sub(r" at step \d+$", "", part)
+                ids = by_text.setdefault(text, [])
+                if rec.trial_id not in ids:
+                    ids.append(rec.trial_id)
+    lines = []
+    for text, ids in by_text.items():
+        shown = ", ".join(ids[:3]) + (", …" if len(ids) > 3 else "")
+        who = f"trial {ids[0]}" if len(ids) == 1 else f"{len(ids)} trials ({shown})"
+        lines.append(f"{who}: {text}")
     return lines
 
 
@@ -279,6 +298,6 @@ def write_outputs(sweep: Sweep, book: TrialBook, front: list[TrialRecord],
     write_text(out / TRACKING_NOTE, "\n".join(note) + "\n")
     warnings = [w for w in [chosen.base_warning(),
                             chosen.baseline_warning(sweep.quality_baseline)] if w]
-    warnings += fallback_lines(book)
+    warnings += fallback_lines(book) + warning_lines(book)
     return SweepOutcome(sweep, book, front, chosen, paths, trials, pareto, report, warnings,
                         tracking=tracked, tracking_error=error)

@@ -27,6 +27,7 @@ from sweeps.protocol import CRASH, SEARCH
 from sweeps.record import objectives
 from sweeps.record.book import TrialRecord
 from sweeps.trial.run import reported_metrics
+from sweeps.trial.wiring import ZERO_GRAD_NORM_FIX, ZERO_GRAD_NORM_PROBLEM, grad_norms_all_zero
 
 #: Sampled LRs must span at least this factor before the check can tell.
 MIN_SPAN = 10.0
@@ -110,6 +111,20 @@ class InertKnob:
 UNREPORTED_TRIALS = 2
 
 
+def unmeasured_gradients(records: Iterable[TrialRecord]) -> InertKnob | None:
+    """:data:`UNREPORTED_TRIALS` finished search trials whose grad norm was 0 on every
+    report (at least :data:`~sweeps.trial.wiring.ZERO_REPORTS`), and none that measured
+    one: ``Monitor.measure`` runs where there is no gradient, and every verdict about
+    gradients (and the collapse and LR rules that read them) judges nothing."""
+    done = [r for r in records if r.role == SEARCH and r.finished and r.status != CRASH
+            and any("grad_norm" in h for h in r.history)]
+    zero = [r for r in done if grad_norms_all_zero(r.history)]
+    if len(zero) < UNREPORTED_TRIALS or len(zero) < len(done):
+        return None
+    return InertKnob("", f"{len(zero)} search trials: {ZERO_GRAD_NORM_PROBLEM}",
+                     ZERO_GRAD_NORM_FIX, where="trainer")
+
+
 def unreported_objective(records: Iterable[TrialRecord],
                          metrics: Sequence[str]) -> InertKnob | None:
     """An objective metric (of ``metrics``, the ones the trainer must report) that
@@ -149,3 +164,12 @@ def inert_knob(records: Iterable[TrialRecord]) -> InertKnob | None:
             "search_space"
         return InertKnob("compile", why, fix)
     return None
+
+
+def sweep_problem(records: Iterable[TrialRecord], metrics: Sequence[str]) -> InertKnob | None:
+    """What the finished search trials show makes the sweep pointless, if anything: a
+    knob the trainer ignores, an objective metric (of ``metrics``) it never reports, or a
+    gradient it never measures. The search starts no more trials, and the run exits 2."""
+    records = list(records)
+    return inert_knob(records) or unreported_objective(records, metrics) or \
+        unmeasured_gradients(records)

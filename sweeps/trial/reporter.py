@@ -29,6 +29,7 @@ from sweeps.protocol import (
 from sweeps.rules.settings import RuleSettings
 from sweeps.rules.verdict import Verdict
 from sweeps.trial import horizon
+from sweeps.trial.wiring import WiringWatch
 
 
 class TrialStopped(BaseException):  # noqa: N818 - a control-flow signal, like GeneratorExit
@@ -162,6 +163,7 @@ class TrialReporter:
         self.verdict: Verdict | None = None
         self.warnings: list[dict[str, Any]] = []
         self.keys = MetricKeys(self.required)
+        self.wiring = WiringWatch()
         self._sink = sink
         self._checkpoint_sink = checkpoint_sink
         self._clock = clock
@@ -199,7 +201,8 @@ class TrialReporter:
         verdict = None if observed else rules.evaluate(self.history, self.settings)
         result = dict(entry)
         result[STATUS_KEY] = RUNNING
-        found = rules.warnings(self.history, self.settings)
+        found = rules.warnings(self.history, self.settings) + \
+            self.wiring.check(self.history)
         too_many = self.keys.warning(dropped, entry["step"])
         if too_many is not None:
             found = [*found, too_many]

@@ -57,7 +57,8 @@ def new_path_notes(sweep: Sweep, sets: dict[str, Any]) -> list[str]:
         if path in sweep.space or path in sweep.spec.write_back.values() or "." not in path \
                 or not sweep.base_config or get_path(sweep.base_config, path, None) is not None:
             continue
-        near = difflib.get_close_matches(path, leaf_paths(sweep.base_config), n=1)
+        near = difflib.get_close_matches(path, leaf_paths(sweep.base_config), n=1,
+                                         cutoff=0.8)
         notes.append(f"{path} is not in the base config: added for this try"
                      + (f" (did you mean {near[0]}={_shown(value)}?)" if near else ""))
     return notes
@@ -142,6 +143,8 @@ def try_trial(sweep: Sweep, sets: dict[str, Any], *, steps: int | None = None,
                               "nothing"))
     if evidence.get("graphs") or compile_mode(values.get("compile")) != "none":
         console.print(compile_line(values.get("compile"), evidence))
+    for warning in reporter.warnings:
+        console.print(flagged("warning", f" at step {warning['step']}: {warning['warning']}"))
     if reporter.verdict is None:
         console.print(f"no rule fired over {len(reporter.history)} reports: stable")
     else:

@@ -39,7 +39,7 @@ from sweeps.results.warm_start import searched
 from sweeps.spec.loader import Sweep
 from sweeps.spec.space import central_value, contains, optuna_space
 from sweeps.state.layout import STUDY_FILE
-from sweeps.trial.knob_check import inert_knob, unreported_objective
+from sweeps.trial.knob_check import sweep_problem
 from sweeps.trial.run import trainer_metrics
 from sweeps.tune import compat
 
@@ -228,8 +228,8 @@ class StabilityAwareSearch(OptunaSearch):
         if trial_id in completed or trial_id not in ot_trials:
             return
         if not getattr(self, "inert", None):
-            self.inert = inert_knob(self.book.trials.values()) or unreported_objective(
-                self.book.trials.values(), trainer_metrics(self.book.sweep))
+            self.inert = sweep_problem(self.book.trials.values(),
+                                       trainer_metrics(self.book.sweep))
         if rec.status == OK and self.race.wants(rec):
             self._deferred.add(trial_id)
             return

@@ -10,6 +10,8 @@ the first weight stays at zero, the loss is smooth and finite, and no rule can f
 With ``train.eval_compiled`` the validation loss goes through the compiled model under
 ``no_grad`` (as nanoGPT-style trainers do), a recompile for every trial;
 ``train.recompile_limit`` sets dynamo's limit (1: that evaluation runs eagerly).
+``train.wiring`` plants a mistake in how the loop is wired: ``measure_late`` measures
+after ``zero_grad`` (grad norm 0), ``report_twice`` reports every step twice.
 """
 
 import os
@@ -76,6 +78,9 @@ def train(config, report):
         if t.get("fail") == "raise_late" and step == 5:
             raise ValueError("planted failure at step 5")
         opt.step()
+        if t.get("wiring") == "measure_late":  # a loop that measures after zero_grad
+            opt.zero_grad()
+            metrics.update(monitor.measure(loss))
         if t.get("fragile_above") and float(t["lr"]) > t["fragile_above"] and \
                 int(run.get("seed", 0)) % 3:
             with torch.no_grad():  # the bad basin of an unlucky seed
@@ -88,6 +93,8 @@ def train(config, report):
                                                                          y[384:]))
         if t.get("sleep"):
             time.sleep(float(t["sleep"]))
+        if t.get("wiring") == "report_twice":  # per micro-batch, as if accumulating
+            report(dict(metrics))
         every = int(t.get("checkpoint_every", 0))
         if every and step % every == 0:
             report(metrics, checkpoint={"model": model.state_dict(), "step": step})

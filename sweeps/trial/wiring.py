@@ -1,0 +1,83 @@
+"""Warnings about how a trainer is wired to ``report`` and ``Monitor``, from its reports.
+
+Not instability: mistakes in the training loop that make the rules judge numbers that do
+not mean what they should. Each warns once per trial, on the report where it shows:
+
+* ``grad_norm`` 0 on every one of the first :data:`ZERO_REPORTS` reports: ``measure`` ran
+  when no gradient was there (after ``optimizer.zero_grad()``, or before ``backward()``);
+* ``zeroed_grads``: the gradients ``measure`` saw were all zero at ``optimizer.step()``
+  (a ``clip_grad_norm_(params, 0)`` of the trainer's own, where 0 means "no clipping");
+* a step whose training measurement is reported again: ``report`` once per optimizer
+  step (with gradient accumulation, after the optimizer step, not per micro-batch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+#: Reports carrying ``grad_norm`` that must all be 0 before it is called unmeasured.
+ZERO_REPORTS = 5
+
+ZERO_GRAD_NORM_PROBLEM = ("grad_norm was 0 on every report: Monitor.measure runs when there "
+                          "is no gradient (after optimizer.zero_grad(), or before "
+                          "loss.backward())")
+ZERO_GRAD_NORM_FIX = ("call monitor.measure after loss.backward(), before clipping and "
+                      "optimizer.zero_grad()")
+ZERO_GRAD_NORM = f"{ZERO_GRAD_NORM_PROBLEM}: {ZERO_GRAD_NORM_FIX}"
+ZEROED_GRADS = ("every gradient was zero at optimizer.step() although Monitor measured them: "
+                "something scaled them to zero in between, e.g. clip_grad_norm_(params, 0) "
+                "(0 means no clipping here: skip the clip at 0, or call monitor.clip())")
+STEP_AGAIN = ("a step was reported again: call report once per optimizer step (with "
+              "gradient accumulation, after optimizer.step(), not per micro-batch)")
+
+
+def grad_norms_all_zero(history: Sequence[Mapping[str, Any]],
+                        least: int = ZERO_REPORTS) -> bool:
+    """Whether at least ``least`` reports carry a ``grad_norm`` and every one is 0.
+
+    Example:
+        >>> grad_norms_all_zero([{"step": s, "grad_norm": 0.0} for s in range(5)])
+        True
+        >>> grad_norms_all_zero([{"step": 0, "grad_norm": 0.0}, {"step": 1, "grad_norm": 0.3}])
+        False
+    """
+    norms = [r["grad_norm"] for r in history if isinstance(r.get("grad_norm"), (int, float))]
+    return len(norms) >= least and not any(norms)
+
+
+class WiringWatch:
+    """The wiring warnings of one trial, each given once."""
+
+    def __init__(self) -> None:
+        self.given: set[str] = set()
+        self._zero_norms = 0  # reports with grad_norm 0, while none had another
+
+    def check(self, history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """The warnings the newest report of ``history`` starts. A step reported again
+        counts when both reports carry a training measurement (``grad_norm``): a
+        validation report at the step of the training one (as the Lightning adapter
+        sends) is fine."""
+        if not history:
+            return []
+        newest = history[-1]
+        step = int(newest.get("step", 0))
+        found = []
+        before = history[-2] if len(history) > 1 else None
+        if before is not None and step <= int(before.get("step", 0)) and \
+                "grad_norm" in newest and "grad_norm" in before:
+            found.append(("step_again", f"{STEP_AGAIN} (step {step} after step "
+                                        f"{int(before.get('step', 0))})"))
+        if newest.get("zeroed_grads"):
+            found.append(("zeroed_grads", ZEROED_GRADS))
+        norm = newest.get("grad_norm")
+        if isinstance(norm, (int, float)) and self._zero_norms >= 0:
+            self._zero_norms = self._zero_norms + 1 if norm == 0 else -1  # -1: never again
+            if self._zero_norms == ZERO_REPORTS:
+                found.append(("zero_grad_norm", ZERO_GRAD_NORM))
+        out = []
+        for kind, text in found:
+            if kind not in self.given:
+                self.given.add(kind)
+                out.append({"warning": text, "step": step})
+        return out
