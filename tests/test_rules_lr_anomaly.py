@@ -57,7 +57,16 @@ def test_warm_restarts_fire_at_the_jump():
 
 def test_cosine_stepped_past_t_max_is_a_restart():
     values = torch_lrs(lambda o: sched.CosineAnnealingLR(o, T_max=300), 400)
-    assert first_firing(lrs(values)).step == 301
+    # once it rose by 1 % of its peak (RESTART_FLOOR): 16 steps past T_max
+    assert first_firing(lrs(values)).step == 316
+
+
+def test_a_rise_at_the_tail_of_a_one_cycle_is_no_restart():
+    # the LR logged after the scheduler's last step: 1.2e-8 up to 3.9e-7 of a 3e-3 peak
+    values = torch_lrs(lambda o: sched.OneCycleLR(o, max_lr=3e-3, total_steps=200), 200)
+    tail = [*values, 3.9e-7]  # OneCycleLR's value one step past its end
+    assert values[-1] < 3.9e-7 / 2
+    assert first_firing(lrs(tail)) is None
 
 
 @pytest.mark.parametrize("warmup_steps", [0, 20])

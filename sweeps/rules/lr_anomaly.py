@@ -9,7 +9,8 @@ Four kinds, named in the evidence's ``kind``:
   to 0 (cosine or linear to 0) is fine, and so is 0 at the very first report
   carrying an LR (a warmup starting at 0, e.g. ``LinearLR(start_factor=0)``).
 * ``warm_restart``: after the LR started to decay (after warmup), it rose above
-  ``lr_restart_factor`` x its lowest value since, e.g. ``CosineAnnealingWarmRestarts``
+  ``lr_restart_factor`` x its lowest value since, by at least :data:`RESTART_FLOOR` of
+  its peak, e.g. ``CosineAnnealingWarmRestarts``
   or ``CosineAnnealingLR`` stepped past ``T_max``. Skipped with ``allow_lr_restarts``.
 * ``climbs_past_lr``: after warmup, the LR rose above ``lr_restart_factor`` x a
   reference: the larger of ``sampled_lr`` (the trial's lr knob) and the LR at the end of
@@ -41,6 +42,11 @@ from sweeps.rules.verdict import Verdict
 ZERO_LR = 1e-12
 #: Relative changes smaller than this are float noise, not a decay or a restart.
 NOISE = 1e-6
+#: A restart must take the LR back up by at least this share of its peak: a rise from
+#: 1e-8 to 4e-7 at the end of a OneCycleLR (the LR logged after the scheduler's last
+#: step) is a rounding of the schedule's tail, not a restart; ``CosineAnnealingLR``
+#: stepped past ``T_max`` climbs past it within 7 % of ``T_max``.
+RESTART_FLOOR = 0.01
 
 
 def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdict | None:
@@ -106,7 +112,8 @@ def _restart(
             lowest = min(lowest, value)
         elif value < peak * (1 - NOISE):
             lowest = value
-    if lowest is None or lr <= settings.lr_restart_factor * lowest or lr - lowest <= NOISE * peak:
+    if lowest is None or lr <= settings.lr_restart_factor * lowest or \
+            lr - lowest <= RESTART_FLOOR * peak:
         return None
     evidence: dict[str, Any] = {"kind": "warm_restart", "lr": lr, "lowest_since_decay": lowest}
     evidence.update(peak_lr=peak, factor=settings.lr_restart_factor)
