@@ -145,3 +145,25 @@ def test_an_objective_the_trainer_never_reports_stops_the_sweep(linreg_dir, ray_
     err, ran = _run_refused(linreg_dir, "misnamed")
     assert "error: objectives.0.metric:" in err and "did you mean 'val_loss'?" in err
     assert ran.count("search") <= 4, "no trial starts once the problem is known"
+
+
+def test_a_baseline_far_below_every_trials_start_is_named():
+    from sweeps.rules.settings import RuleSettings
+    from sweeps.trial.knob_check import baseline_off, sweep_problem
+
+    def started(i: int, first: float, status: str = "unstable") -> TrialRecord:
+        rec = TrialRecord(trial_id=str(i), values={"lr": 0.01}, seed=0, role="search")
+        rec.history = [{"step": 1, "loss": first}, {"step": 2, "loss": first * 0.9}]
+        rec.finished, rec.status = True, status
+        return rec
+
+    low = RuleSettings(baseline_loss=0.05)  # MSE of a target with variance 0.5
+    trials = [started(i, 0.55 + 0.001 * i) for i in range(3)]
+    found = sweep_problem(trials, [], low)
+    assert found is not None and found.key == "rules.baseline_loss"
+    assert "3 search trials started at a loss of 0.55 to 0.552" in found.why
+    assert "the target variance for MSE" in found.fix
+    assert baseline_off(trials[:2], low) is None, "two trials are too few to tell"
+    mixed = [*trials, started(9, 0.06, "ok")]  # raw inputs against normalised ones
+    assert baseline_off(mixed, low) is None
+    assert baseline_off(trials, RuleSettings(baseline_loss=0.5)) is None

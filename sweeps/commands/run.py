@@ -201,7 +201,8 @@ def _execute(sweep: Sweep, *, address: str | None, progress: bool, tracking_uri:
             book.set_aside_unfinished()
         with ray_running(address):
             run_search(sweep, book, progress=progress, resume=resume)
-            inert = sweep_problem(book.trials.values(), trainer_metrics(sweep))
+            inert = sweep_problem(book.trials.values(), trainer_metrics(sweep),
+                                  sweep.spec.rules)
             if inert is not None:
                 raise SpecError(inert.key, inert.why, inert.fix)
             if resume:

@@ -20,12 +20,14 @@ further trial would too (``objectives.N.metric``, with the closest metric it did
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from sweeps.protocol import CRASH, SEARCH
 from sweeps.record import objectives
 from sweeps.record.book import TrialRecord
+from sweeps.rules.settings import RuleSettings
 from sweeps.trial.run import reported_metrics
 from sweeps.trial.wiring import ZERO_GRAD_NORM_FIX, ZERO_GRAD_NORM_PROBLEM, grad_norms_all_zero
 
@@ -166,10 +168,43 @@ def inert_knob(records: Iterable[TrialRecord]) -> InertKnob | None:
     return None
 
 
-def sweep_problem(records: Iterable[TrialRecord], metrics: Sequence[str]) -> InertKnob | None:
+#: Finished search trials that must all start far above ``baseline_loss`` before it is
+#: called wrong.
+BASELINE_TRIALS = 3
+
+
+def baseline_off(records: Iterable[TrialRecord], settings: RuleSettings) -> InertKnob | None:
+    """:data:`BASELINE_TRIALS` finished search trials, every one of whose first loss was
+    ``explosion_factor`` x ``baseline_loss`` or more: the baseline is not the loss of
+    predicting at random (0.05 where it is 0.5), and the rules that judge against it
+    (divergence's explosion, flat_at_baseline, collapse) misread every trial. A sweep
+    where some configs start far off and others near it (raw inputs against normalised
+    ones) is not called wrong."""
+    baseline, factor = settings.baseline_loss, settings.explosion_factor
+    if baseline is None or baseline <= 0 or factor is None:
+        return None
+    firsts = [v for r in records if r.role == SEARCH and r.finished and r.status != CRASH
+              for v in [next((h["loss"] for h in r.history
+                              if isinstance(h.get("loss"), (int, float))), None)]
+              if v is not None and math.isfinite(v)]
+    if len(firsts) < BASELINE_TRIALS or min(firsts) < factor * baseline:
+        return None
+    return InertKnob("", f"{len(firsts)} search trials started at a loss of "
+                     f"{min(firsts):.3g} to {max(firsts):.3g}, {factor:g}x baseline_loss "
+                     f"{baseline:g} or more, so divergence, flat_at_baseline and collapse "
+                     "judge every trial against the wrong level",
+                     "set rules.baseline_loss to the loss of predicting at random (ln of the "
+                     "class count for cross-entropy, the target variance for MSE, pi/2 for "
+                     "an angular loss), or leave it out", where="rules.baseline_loss")
+
+
+def sweep_problem(records: Iterable[TrialRecord], metrics: Sequence[str],
+                  settings: RuleSettings | None = None) -> InertKnob | None:
     """What the finished search trials show makes the sweep pointless, if anything: a
-    knob the trainer ignores, an objective metric (of ``metrics``) it never reports, or a
-    gradient it never measures. The search starts no more trials, and the run exits 2."""
+    knob the trainer ignores, an objective metric (of ``metrics``) it never reports, a
+    gradient it never measures, or a ``baseline_loss`` (of ``settings``) far below every
+    trial's start. The search starts no more trials, and the run exits 2."""
     records = list(records)
     return inert_knob(records) or unreported_objective(records, metrics) or \
-        unmeasured_gradients(records)
+        unmeasured_gradients(records) or \
+        (baseline_off(records, settings) if settings is not None else None)

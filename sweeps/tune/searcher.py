@@ -229,7 +229,8 @@ class StabilityAwareSearch(OptunaSearch):
             return
         if not getattr(self, "inert", None):
             self.inert = sweep_problem(self.book.trials.values(),
-                                       trainer_metrics(self.book.sweep))
+                                       trainer_metrics(self.book.sweep),
+                                       self.book.sweep.spec.rules)
         if rec.status == OK and self.race.wants(rec):
             self._deferred.add(trial_id)
             return
