@@ -19,9 +19,14 @@ from sweeps.trial.knob_check import (
 from tests.conftest import edit_linreg, run_cli_in
 
 
-def _rec(i: int, sampled: float, peak: float, role: str = "search") -> TrialRecord:
+def _rec(i: int, sampled: float, peak: float, role: str = "search",
+         rising: bool = False) -> TrialRecord:
+    """A finished trial whose LR warmed up to ``peak`` and then decayed (or was still
+    rising when it was stopped)."""
     rec = TrialRecord(trial_id=str(i), values={"lr": sampled}, seed=0, role=role)
     rec.history = [{"step": 1, "lr": peak / 10}, {"step": 2, "lr": peak}]
+    if not rising:
+        rec.history.append({"step": 3, "lr": peak / 2})
     rec.finished = True
     return rec
 
@@ -47,6 +52,9 @@ def test_the_same_reported_lr_across_a_tenfold_span_is_caught():
     assert lr_ignored(same[:2]) is None, "too few trials"
     assert lr_ignored([_rec(i, lr, 0.1, role="confirm:x") for i, lr in
                        enumerate((1e-4, 1e-2, 1.0))]) is None, "search trials only"
+    # OneCycleLR to a fixed max_lr: trials stopped inside its warmup never reached it
+    stopped = [_rec(7, 2e-4, 0.0004, rising=True), _rec(8, 3e-4, 0.0006, rising=True)]
+    assert "does not read the lr knob" in lr_ignored([*stopped, *same])
 
 
 @pytest.mark.slow
