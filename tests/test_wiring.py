@@ -75,3 +75,25 @@ def test_a_step_reported_twice_is_a_warning_of_the_trial_and_the_run(linreg_dir,
     assert trials["warnings"].str.contains("a step was reported again").all()
     assert "2 trials (" in out and "a step was reported again" in out
     assert sweep_problem([], ["val_loss"]) is None
+
+
+def test_an_unseeded_trainer_is_told_by_a_probe_that_started_elsewhere(linreg_dir):
+    from sweeps.commands.run import unseeded_lines
+    from sweeps.record.book import TrialBook
+    from sweeps.spec.loader import load_sweep
+
+    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir))
+
+    def ran(trial_id: str, first_loss: float, **config: object) -> None:
+        for step, loss in ((1, first_loss), (2, first_loss / 2)):
+            book.record(trial_id, {"step": step, "loss": loss,
+                                   "config": {"lr": 0.05, "_seed": 0, **config}})
+        book.finish(trial_id, {"done": True}, error=False)
+
+    ran("cand", 0.4948)
+    ran("probe", 0.4948, _role="probe:cand", _lr_scale=2.0)
+    assert unseeded_lines(book) == [], "seeded: the probe starts where its candidate did"
+    ran("other", 0.6334, _role="probe:cand", _lr_scale=2.0)
+    line = " ".join(unseeded_lines(book))
+    assert "trial cand and its LR probe other ran seed 0 and started at different losses" in line
+    assert "torch.manual_seed(config['sweep']['seed'])" in line

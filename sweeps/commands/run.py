@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -12,7 +13,7 @@ import pandas as pd
 from sweeps.commands.lr_range import probe_lr_high
 from sweeps.commands.preflight_step import preflight
 from sweeps.errors import SpecError
-from sweeps.protocol import SEARCH
+from sweeps.protocol import SEARCH, probe_role
 from sweeps.record.book import TrialBook, TrialRecord, books_of, open_book
 from sweeps.results import confirm as confirmation
 from sweeps.results import warm_start
@@ -24,6 +25,7 @@ from sweeps.results.files import (
     write_histories,
 )
 from sweeps.results.front import candidates, pareto_front
+from sweeps.results.race import owner_of
 from sweeps.results.report import write_report
 from sweeps.results.tracking import log_sweep, scrub
 from sweeps.results.tracking import tracking_uri as resolve_tracking_uri
@@ -254,6 +256,36 @@ def warning_lines(book: TrialBook) -> list[str]:
     return lines
 
 
+#: Relative difference of two step-1 losses of one config on one seed that says the trainer
+#: does not seed from ``config["sweep"]["seed"]`` (a GPU's nondeterminism stays far below).
+UNSEEDED_GAP = 1e-3
+
+
+def unseeded_lines(book: TrialBook) -> list[str]:
+    """A warning when a candidate and its LR probe, which run the same seed, started at
+    different losses (both reported step 1, or 0): that loss comes before any update, so
+    a trainer that seeds from the trial's seed starts both alike, and one that does not
+    makes every per-seed result (and the hand-over's reproduction) a matter of chance."""
+    for rec in book.trials.values():
+        owner = owner_of(rec.role)
+        cand = book.trials.get(owner) if owner and rec.role == probe_role(owner) else None
+        if cand is None or cand.seed != rec.seed or not cand.history or not rec.history:
+            continue
+        a, b = cand.history[0], rec.history[0]
+        la, lb = a.get("loss"), b.get("loss")
+        if a.get("step") != b.get("step") or a.get("step") not in (0, 1) or \
+                not isinstance(la, float) or \
+                not isinstance(lb, float) or not (math.isfinite(la) and math.isfinite(lb)):
+            continue
+        if abs(la - lb) > UNSEEDED_GAP * max(abs(la), abs(lb)):
+            return [f"trial {cand.trial_id} and its LR probe {rec.trial_id} ran seed "
+                    f"{rec.seed} and started at different losses ({la:.4g} and {lb:.4g}, "
+                    "before any update): the trainer does not seed from the trial's seed; "
+                    "call torch.manual_seed(config['sweep']['seed']) (and seed your data "
+                    "order), else no per-seed result reproduces"]
+    return []
+
+
 def write_outputs(sweep: Sweep, book: TrialBook, front: list[TrialRecord],
                   chosen: confirmation.Selection, tracking_uri: str | None = None
                   ) -> SweepOutcome:
@@ -299,6 +331,6 @@ def write_outputs(sweep: Sweep, book: TrialBook, front: list[TrialRecord],
     write_text(out / TRACKING_NOTE, "\n".join(note) + "\n")
     warnings = [w for w in [chosen.base_warning(),
                             chosen.baseline_warning(sweep.quality_baseline)] if w]
-    warnings += fallback_lines(book) + warning_lines(book)
+    warnings += fallback_lines(book) + warning_lines(book) + unseeded_lines(book)
     return SweepOutcome(sweep, book, front, chosen, paths, trials, pareto, report, warnings,
                         tracking=tracked, tracking_error=error)
