@@ -50,3 +50,27 @@ def test_a_failed_trial_keeps_the_promotion_rate_of_its_rung(linreg_dir):
         TrialScheduler.STOP
     assert _second_at_first_rung(linreg_dir, failed_first=True) == \
         TrialScheduler.CONTINUE
+
+
+def test_no_cut_while_the_reported_lr_rises_nor_at_the_last_step(linreg_dir):
+    """A OneCycleLR warmup (``pct_start``, no ``warmup`` knob) still rising at the rung:
+    ASHA waits; the same trial with its LR falling is judged; a trial at its last step
+    has finished and is never cut (it would be ``pruned`` after running every step)."""
+    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir))
+    asha = _asha(book)
+    trials = {t: SimpleNamespace(trial_id=t) for t in ("good", "warming", "decaying", "last")}
+    for trial in trials.values():
+        asha.on_trial_add(None, trial)
+    assert asha.on_trial_result(None, trials["good"], {"step": 75, "val_loss": 0.1}) == \
+        TrialScheduler.CONTINUE
+
+    def at_rung(trial_id: str, lrs: tuple[float, float]) -> str:
+        book.record(trial_id, {"step": 74, "loss": 1.0, "lr": lrs[0], "config": {"lr": 0.1}})
+        result = {"step": 75, "val_loss": 0.9, "lr": lrs[1]}
+        book.record(trial_id, {**result, "loss": 1.0, "config": {"lr": 0.1}})
+        return asha.on_trial_result(None, trials[trial_id], result)
+
+    assert at_rung("warming", (0.05, 0.051)) == TrialScheduler.CONTINUE
+    assert at_rung("decaying", (0.051, 0.05)) == TrialScheduler.STOP
+    last = {"step": 300, "val_loss": 0.9}  # max_t
+    assert asha.on_trial_result(None, trials["last"], last) == TrialScheduler.CONTINUE

@@ -79,13 +79,16 @@ class WatchedASHA(HangWatch, ASHAScheduler):
 
     ASHA judges a search trial first ``grace_period`` steps after its own warmup (the
     ``warmup`` knob) has ended, at the highest rung it has passed by then: a trial is
-    not cut while its LR is still rising. The race's re-runs on fresh seeds are never
-    judged by ASHA (they run their full length, or until a rule stops them).
+    not cut while its LR is still rising (nor while the LR it reports still rises, for a
+    warmup no knob describes), nor at its last step (it finished: ok, not pruned). The
+    race's re-runs on fresh seeds are never judged by ASHA (they run their full length,
+    or until a rule stops them).
     """
 
     def __init__(self, book: TrialBook, timeout: float | None, **asha: Any) -> None:
         super().__init__(book, timeout, **asha)
         self._grace = int(asha.get("grace_period", 1))
+        self._last = asha.get("max_t")  # a trial's last step
 
     def own_grace(self, trial: Trial) -> int:
         """The step from which ASHA judges ``trial``: its warmup plus the grace period."""
@@ -101,7 +104,24 @@ class WatchedASHA(HangWatch, ASHAScheduler):
         step = result.get("step")
         if is_rerun(trial) or (isinstance(step, (int, float)) and step < self.own_grace(trial)):
             return TrialScheduler.CONTINUE
+        if isinstance(step, (int, float)) and (
+                (self._last is not None and step >= self._last)
+                or self.lr_rising(trial, step, result)):
+            return TrialScheduler.CONTINUE  # its last step, or still warming up
         return super().on_trial_result(tune_controller, trial, result)
+
+    def lr_rising(self, trial: Trial, step: float, result: dict) -> bool:
+        """Whether the LR this result reports is above the one reported before it: a
+        warmup the ``warmup`` knob does not describe (OneCycleLR's ``pct_start``, a
+        Hugging Face ``warmup_ratio``) is still going, and ASHA waits for its end."""
+        lr = result.get("lr")
+        rec = self._book.trials.get(trial.trial_id)
+        if not isinstance(lr, (int, float)) or rec is None:
+            return False
+        before = next((h["lr"] for h in reversed(rec.history)
+                       if isinstance(h.get("step"), (int, float)) and h["step"] < step
+                       and isinstance(h.get("lr"), (int, float))), None)
+        return before is not None and lr > before * (1 + 1e-9)
 
     def on_trial_remove(self, tune_controller: Any, trial: Trial) -> None:
         if not is_rerun(trial):
