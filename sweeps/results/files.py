@@ -216,6 +216,10 @@ def provenance(sweep: Sweep, chosen: Selection, rank: int, conf: Confirmation,
     base = chosen.base
     if base is not None and base.mean is not None:
         out["base config"] = base.summary()
+    if rec.values.get("grad_clip") == 0:
+        out["NOTE"] = ("grad_clip 0 means no clipping: a script that calls "
+                       "clip_grad_norm_(params, 0) scales every gradient to zero; skip the "
+                       "clip at 0")
     warning = chosen.base_warning() if rank == 1 else None
     if warning:
         out["WARNING"] = warning

@@ -88,3 +88,20 @@ def test_best_overrides_prints_the_hydra_command_line(tmp_path: Path, capsys) ->
                  {"rank": "1 of 1 confirmed configs"})
     assert main(["best", str(folder), "--overrides"]) == 0
     assert capsys.readouterr().out == "train.lr=0.25\n"
+
+
+def test_a_hand_over_without_clipping_says_what_grad_clip_0_means(tmp_path: Path) -> None:
+    from sweeps.record.book import TrialRecord
+    from sweeps.results.files import provenance
+
+    sweep = load_linreg(tmp_path / "sweep")
+    chosen = _selection(0.8)
+    conf = chosen.candidates[0]
+    for clip, noted in ((0, True), (1.0, False)):
+        rec = TrialRecord(trial_id="t", values={"lr": 0.1, "grad_clip": clip}, seed=0,
+                          role="search")
+        header = provenance(sweep, chosen, 1, conf, rec, [0.8, 0.1])
+        assert ("NOTE" in header) is noted
+    assert "clip_grad_norm_(params, 0) scales every gradient to zero" in \
+        provenance(sweep, chosen, 1, conf, TrialRecord(
+            trial_id="t", values={"grad_clip": 0}, seed=0, role="search"), [0.8, 0.1])["NOTE"]
