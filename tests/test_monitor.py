@@ -107,3 +107,30 @@ def test_a_monitor_per_step_leaves_no_hooks_behind():
         Monitor(model, opt)
     gc.collect()
     assert len(opt._optimizer_step_pre_hooks) <= 1
+
+
+def test_clip_before_measure_is_reported_and_the_right_order_is_not():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    monitor = Monitor(model, opt, grad_clip=0.01)
+
+    def step(clip_first: bool) -> dict:
+        loss = torch.nn.functional.mse_loss(model(torch.randn(32, 4) * 10),
+                                            torch.full((32, 1), 5.0))
+        opt.zero_grad()
+        loss.backward()
+        if clip_first:
+            monitor.clip()
+        metrics = monitor.measure(loss)
+        if not clip_first:
+            monitor.clip()
+        opt.step()
+        return metrics
+
+    right = [step(clip_first=False) for _ in range(3)]
+    assert all("clipped_before_measure" not in m for m in right)
+    wrong = step(clip_first=True)
+    assert wrong["clipped_before_measure"] == 1.0
+    assert wrong["grad_norm"] == pytest.approx(0.01, rel=1e-3), "the clipped norm it measured"
+    assert "clipped_before_measure" not in step(clip_first=False)

@@ -60,8 +60,11 @@ class Monitor:
         self._measured_norm = 0.0  # the last measure's norm, checked when the step runs
         self._zeroed = False
         self._warned = False
+        self._hooked = False  # the optimizer's step tells the monitor when a step ran
+        self._clip_unstepped = False  # clip() ran, and no optimizer step since
         inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper holds one
         if isinstance(inner, torch.optim.Optimizer):
+            self._hooked = True
             ref = weakref.ref(self)
 
             def before_step(*_: object) -> None:
@@ -77,10 +80,12 @@ class Monitor:
         norm before clipping, or None when it did not clip."""
         if self._grad_clip is None:
             return None
+        self._clip_unstepped = self._hooked
         return float(torch.nn.utils.clip_grad_norm_(self._params, self._grad_clip))
 
     def _before_step(self, *_: object) -> None:
         """Optimizer step pre-hook: were the gradients measured non-zero all zeroed since?"""
+        self._clip_unstepped = False
         if not self._measured_norm > 0 or not math.isfinite(self._measured_norm):
             return
         grads = [p.grad for p in self._params if p.grad is not None]
@@ -141,6 +146,9 @@ class Monitor:
         if self._zeroed:  # the previous step ran on zeroed gradients
             metrics["zeroed_grads"] = 1.0
             self._zeroed = False
+        if self._clip_unstepped:  # clip() before measure(): the clipped norm is measured
+            metrics["clipped_before_measure"] = 1.0
+            self._clip_unstepped = False
         if loss is not None:
             metrics["loss"] = float(loss.detach().item() if torch.is_tensor(loss) else loss)
         grad_norm, nonfinite, dead = self.grad_stats()

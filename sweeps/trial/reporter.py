@@ -76,6 +76,7 @@ MAX_METRIC_KEYS = 1000
 #: Keys kept past the bound: what the rules, the report and the step time read.
 CORE_KEYS = frozenset({"step", "step_time", "loss", "val_loss", "grad_norm", "lr",
                        "nonfinite_grads", "dead_params", "zeroed_grads", "clipped",
+                       "clipped_before_measure",
                        "pred_std", "target_std"})
 #: Dropped keys a warning names (it counts the rest).
 SHOWN_DROPPED = 5

@@ -7,6 +7,8 @@ not mean what they should. Each warns once per trial, on the report where it sho
   when no gradient was there (after ``optimizer.zero_grad()``, or before ``backward()``);
 * ``zeroed_grads``: the gradients ``measure`` saw were all zero at ``optimizer.step()``
   (a ``clip_grad_norm_(params, 0)`` of the trainer's own, where 0 means "no clipping");
+* ``clipped_before_measure``: ``monitor.clip()`` ran before ``measure`` in a step, so the
+  norm measured is the clipped one;
 * a step whose training measurement is reported again: ``report`` once per optimizer
   step (with gradient accumulation, after the optimizer step, not per micro-batch).
 """
@@ -28,6 +30,9 @@ ZERO_GRAD_NORM = f"{ZERO_GRAD_NORM_PROBLEM}: {ZERO_GRAD_NORM_FIX}"
 ZEROED_GRADS = ("every gradient was zero at optimizer.step() although Monitor measured them: "
                 "something scaled them to zero in between, e.g. clip_grad_norm_(params, 0) "
                 "(0 means no clipping here: skip the clip at 0, or call monitor.clip())")
+CLIPPED_FIRST = ("monitor.clip() ran before monitor.measure(): the grad norm measured is the "
+                 "clipped one, so grad_blowup and frequent_clipping see nothing: measure "
+                 "first, then clip")
 STEP_AGAIN = ("a step was reported again: call report once per optimizer step (with "
               "gradient accumulation, after optimizer.step(), not per micro-batch)")
 
@@ -70,6 +75,8 @@ class WiringWatch:
                                         f"{int(before.get('step', 0))})"))
         if newest.get("zeroed_grads"):
             found.append(("zeroed_grads", ZEROED_GRADS))
+        if newest.get("clipped_before_measure"):
+            found.append(("clipped_first", CLIPPED_FIRST))
         norm = newest.get("grad_norm")
         if isinstance(norm, (int, float)) and self._zero_norms >= 0:
             self._zero_norms = self._zero_norms + 1 if norm == 0 else -1  # -1: never again
