@@ -229,12 +229,13 @@ def fallback_lines(book: TrialBook) -> list[str]:
     for rec in book.trials.values():
         if rec.compile_fallback:
             by_kind.setdefault(fallback_warning(rec), []).append(rec.trial_id)
-    lines = []
-    for text, ids in by_kind.items():
-        shown = ", ".join(ids[:3]) + (", …" if len(ids) > 3 else "")
-        who = f"trial {ids[0]}" if len(ids) == 1 else f"{len(ids)} trials ({shown})"
-        lines.append(f"{who} {text}")
-    return lines
+    return [f"{_which(ids)} {text}" for text, ids in by_kind.items()]
+
+
+def _which(ids: list[str]) -> str:
+    """``trial a`` or ``4 trials (a, b, c, …)``."""
+    shown = ", ".join(ids[:3]) + (", …" if len(ids) > 3 else "")
+    return f"trial {ids[0]}" if len(ids) == 1 else f"{len(ids)} trials ({shown})"
 
 
 def warning_lines(book: TrialBook) -> list[str]:
@@ -248,12 +249,7 @@ def warning_lines(book: TrialBook) -> list[str]:
                 ids = by_text.setdefault(text, [])
                 if rec.trial_id not in ids:
                     ids.append(rec.trial_id)
-    lines = []
-    for text, ids in by_text.items():
-        shown = ", ".join(ids[:3]) + (", …" if len(ids) > 3 else "")
-        who = f"trial {ids[0]}" if len(ids) == 1 else f"{len(ids)} trials ({shown})"
-        lines.append(f"{who}: {text}")
-    return lines
+    return [f"{_which(ids)}: {text}" for text, ids in by_text.items()]
 
 
 #: Relative difference of two step-1 losses of one config on one seed that says the trainer
