@@ -552,7 +552,13 @@ def run_audit(folder: Path, *, sample: int = DEFAULT_SAMPLE, steps: int | None =
         judge(run, metric, mode, best, sweep.quality_baseline, rules.flat_tolerance, margin,
               rules.baseline_loss)
         run.held_until = held_until(run, rules)
-        echo(f"  {i}/{len(runs)} {_run_line(run, metric)}")
+        if best is None and run.outcome != "failed":  # judged below, once every re-run is in
+            quality = "-" if run.quality is None else f"{run.quality:.4g}"
+            echo(f"  {i}/{len(runs)} {run.trial_id} ({run.reason} @ {_fmt(run.stop_step)}): "
+                 f"{run.steps} steps, {metric} {quality}: judged when every re-run is in "
+                 "(no search trial finished ok to compare with)")
+        else:
+            echo(f"  {i}/{len(runs)} {_run_line(run, metric)}")
     if best is None:  # no ok search trial: the best re-run that did not fail is the reference
         good = [r.quality for r in runs if r.outcome != "failed" and r.quality is not None]
         if good:
