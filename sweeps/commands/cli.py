@@ -104,8 +104,22 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def all_crashed(trials, folder: Path) -> int:
     """1, with the first traceback's path, when every search trial crashed (the trainer
-    raised: an error to fix, not a result); else 0."""
+    raised: an error to fix, not a result), or when every re-run on a fresh seed or at the
+    LR probe (at least 2) crashed before its first step (the workers could not run them,
+    and the candidates' verdicts rest on nothing); else 0."""
+    import pandas as pd
+
     search = trials[trials["role"] == SEARCH] if len(trials) else trials
+    reruns = trials[trials["role"].astype(str).str.contains(":")] if len(trials) else trials
+    if len(reruns) >= 2 and (reruns["status"] == CRASH).all() and \
+            (pd.to_numeric(reruns["stop_step"], errors="coerce").fillna(0) == 0).all():
+        first = reruns.iloc[0]
+        err_console.print(f"error: every re-run on a fresh seed or at the LR probe crashed "
+                          f"before its first step ({len(reruns)}); the first: "
+                          f"{first['reason']} {first.get('evidence') or ''}: the verdicts "
+                          "of the candidates rest on no run; fix what kept the workers "
+                          "from running them (on a cluster: its logs) and run again")
+        return 1
     if not len(search) or not (search["status"] == CRASH).all():
         return 0
     first = search.iloc[0]

@@ -105,3 +105,22 @@ def test_a_hand_over_without_clipping_says_what_grad_clip_0_means(tmp_path: Path
     assert "clip_grad_norm_(params, 0) scales every gradient to zero" in \
         provenance(sweep, chosen, 1, conf, TrialRecord(
             trial_id="t", values={"grad_clip": 0}, seed=0, role="search"), [0.8, 0.1])["NOTE"]
+
+
+def test_a_run_whose_every_rerun_crashed_before_its_first_step_is_an_error(tmp_path, capsys):
+    import pandas as pd
+
+    from sweeps.commands.cli import all_crashed
+
+    def trials(rerun_stop: int) -> pd.DataFrame:
+        return pd.DataFrame([
+            {"trial_id": "a", "role": "search", "status": "ok", "reason": "", "stop_step": None},
+            {"trial_id": "b", "role": "confirm:a", "status": "crash", "reason": "crash",
+             "stop_step": rerun_stop, "evidence": "the trial's worker failed"},
+            {"trial_id": "c", "role": "probe:a", "status": "crash", "reason": "crash",
+             "stop_step": 0, "evidence": "the trial's worker failed"}])
+
+    assert all_crashed(trials(0), tmp_path) == 1
+    assert "every re-run on a fresh seed or at the LR probe crashed before its first step" \
+        in " ".join(capsys.readouterr().err.split())
+    assert all_crashed(trials(40), tmp_path) == 0, "a re-run that crashed later is a result"
