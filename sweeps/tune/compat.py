@@ -78,20 +78,26 @@ def cluster_needs_token(gcs_address: str) -> bool | None:
         from ray.exceptions import AuthenticationError
     except ImportError:
         return None
-    saved = os.dup(2)
+    try:
+        saved: int | None = os.dup(2)
+    except OSError:  # no stderr to keep quiet
+        saved = None
     try:
         with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
+            if saved is not None:
+                os.dup2(null.fileno(), 2)
             try:
                 GcsClient(address=gcs_address)
             finally:
-                os.dup2(saved, 2)
+                if saved is not None:
+                    os.dup2(saved, 2)
     except AuthenticationError:
         return True
     except Exception:  # noqa: BLE001 - ray.init will say what is wrong with the address
         return None
     finally:
-        os.close(saved)
+        if saved is not None:
+            os.close(saved)
     return False
 
 
