@@ -66,6 +66,15 @@ def test_try_refuses_a_set_value_the_trainer_could_not_take(linreg_dir, capsys, 
     assert not (linreg_dir / "results").exists()
 
 
+def test_try_takes_any_number_for_a_knob_of_numeric_choices(linreg_dir, capsys, monkeypatch):
+    edit_linreg(linreg_dir, search_space={
+        "lr": {"type": "categorical", "choices": [0.01, 0.05]}})
+    monkeypatch.chdir(linreg_dir)
+    assert main(["try", "linreg.yaml", "--set", "lr=0.02", "--steps", "10"]) == 0
+    assert main(["try", "linreg.yaml", "--set", "lr=fast", "--steps", "10"]) == 2
+    assert "is not one of lr's choices" in " ".join(capsys.readouterr().err.split())
+
+
 def test_try_notes_a_set_path_the_base_config_lacks(linreg_dir, capsys, monkeypatch):
     monkeypatch.chdir(linreg_dir)
     assert main(["try", "linreg.yaml", "--set", "lr=0.05", "--set", "train.stesp=30",

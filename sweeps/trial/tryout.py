@@ -76,7 +76,10 @@ def _check_knob_value(sweep: Sweep, name: str, value: Any) -> None:
         raise SpecError(f"--set {name}", f"{_shown(value)!r} is not a whole number, and {name} "
                         "is an int knob", f"give a whole number, e.g. {name}="
                         f"{central_value(knob)}")
-    if isinstance(knob, Categorical) and value not in knob.choices:
+    numeric = all(isinstance(c, (int, float)) and not isinstance(c, bool)
+                  for c in knob.choices) if isinstance(knob, Categorical) else False
+    if isinstance(knob, Categorical) and value not in knob.choices and \
+            not (numeric and number):  # a number among numbers: tried like a range's
         raise SpecError(f"--set {name}", f"{_shown(value)!r} is not one of {name}'s choices",
                         "use one of " + ", ".join(_shown(c) for c in knob.choices))
 
