@@ -13,8 +13,8 @@ COMPILE_MODES: tuple[str, ...] = ("none", "default", "reduce-overhead", "max-aut
 
 #: Keys of a trial's compile evidence (see :func:`compile_evidence`), as trials.csv columns
 #: ``compile_<key>``.
-EVIDENCE_KEYS: tuple[str, ...] = ("graphs", "recompiles", "graph_breaks", "eager_frames",
-                                  "cache_hits", "cache_misses")
+EVIDENCE_KEYS: tuple[str, ...] = ("calls", "graphs", "recompiles", "graph_breaks",
+                                  "eager_frames", "cache_hits", "cache_misses")
 
 #: Models :func:`compile_model` compiled since :func:`reset_compiler` (the evidence's
 #: ``calls``): whether the trainer asked for compiling at all, when no graph came of it.
@@ -91,7 +91,7 @@ def compile_evidence() -> dict[str, Any]:
     :func:`compile_model` was asked to compile.
     """
     if "torch._dynamo" not in sys.modules:  # nothing was compiled in this process
-        return {**dict.fromkeys(EVIDENCE_KEYS, 0), "calls": _calls}
+        return {**dict.fromkeys(EVIDENCE_KEYS, 0), "calls": _calls}  # the one count kept
     import torch._dynamo
     from torch._dynamo.utils import counters, get_compilation_metrics
 
