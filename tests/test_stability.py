@@ -9,6 +9,8 @@ clean validation loss gets clearly worse with the LR long before that.
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import pytest
 import yaml
@@ -226,3 +228,30 @@ def test_stability_and_run_of_one_sweep_keep_their_own_files(linreg_dir, ray_ses
     assert (out / "trials.csv").is_file() and (out / "preflight.md").is_file()
     for path, data in written.items():
         assert path.read_bytes() == data, f"{path} was overwritten by the run"
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--param", "lr", "--values", "1e-3,abc"], "--param lr: 'abc' is not a number"),
+    (["--param", "lr", "--values", "1e-3", "--and", "lr=1e-2"],
+     "--and: names lr, the knob --param already varies"),
+])
+def test_a_grid_value_the_trainer_could_not_take_is_bad_input(linreg_dir, capsys, monkeypatch,
+                                                             argv, says):
+    monkeypatch.chdir(linreg_dir)
+    assert main(["stability", "linreg.yaml", "--no-preflight", "--seeds", "1", *argv]) == 2
+    assert says in " ".join(capsys.readouterr().err.split())
+    assert not (linreg_dir / "results").exists()
+
+
+def test_a_cell_that_fell_to_the_random_guess_is_too_slow():
+    """Started above ln 4 (1.78) and sat at 1.39 from step 21: its loss decreased, and it
+    learnt nothing."""
+    guess = math.log(4)
+    history = [{"step": k, "loss": 1.78 if k < 21 else guess + 0.005} for k in range(1, 151)]
+    run = TrialRecord(trial_id="r", values={"lr": 0.3}, seed=0, status="ok", history=history)
+    assert stability.Cell((0.3,), [run]).verdict() == "stable", "without a baseline"
+    cell = stability.Cell((0.3,), [run], guess=(guess, 0.05))
+    assert cell.loss_decreased() and cell.verdict() == "too slow"
+    learnt = [{"step": k, "loss": 1.78 if k < 21 else 0.6} for k in range(1, 151)]
+    good = TrialRecord(trial_id="g", values={"lr": 0.01}, seed=0, status="ok", history=learnt)
+    assert stability.Cell((0.01,), [good], guess=(guess, 0.05)).verdict() == "stable"

@@ -170,8 +170,10 @@ def cmd_stability(args: argparse.Namespace) -> int:
             raise SpecError("--and", f"{args.and_!r} is not NAME=v1,v2",
                             "write e.g. --and grad_clip=0,1,5")
         second = (name.strip(), stability.parse_values(rest))
+    from sweeps.commands.stability import check_grid
     from sweeps.state.folder_lock import claim
 
+    check_grid(sweep, args.param, values, second)  # bad input: exit 2, nothing written
     # the sweep's results folder is held from the preflight to the last file (a `sweeps
     # run` of it waits); the stability files go to its own subfolder
     with claim(sweep.output_dir, "stability"):

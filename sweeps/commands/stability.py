@@ -26,7 +26,7 @@ from sweeps.state.folder_lock import claim
 from sweeps.terminal import clean, echo
 from sweeps.trial.gpu import trial_device
 from sweeps.trial.run import prepare_process, run_trainer, trial_values
-from sweeps.trial.tryout import try_values
+from sweeps.trial.tryout import check_knob_value, try_values
 from sweeps.tune.experiments import run_configs
 from sweeps.tune.session import check_address, ray_running
 
@@ -69,6 +69,21 @@ def _check_knob(sweep: Sweep, name: str, values: list[Any], flag: str) -> None:
                         f"use one of {', '.join(sweep.space)}")
     if not values:
         raise SpecError(flag, "no values given", "give e.g. --values 1e-4,1e-3,1e-2")
+    for value in values:  # a value the trainer could not take is bad input, not a crash
+        check_knob_value(sweep, name, value, flag)
+
+
+def check_grid(sweep: Sweep, param: str, values: list[Any],
+               second: tuple[str, list[Any]] | None = None) -> None:
+    """A SpecError for a grid the trainer could not run: a knob not in the space, a value
+    it could not take, ``--and`` naming the knob ``--param`` varies. Before anything is
+    written."""
+    _check_knob(sweep, param, values, "--param")
+    if second:
+        if second[0] == param:
+            raise SpecError("--and", f"names {param}, the knob --param already varies",
+                            "give another knob, e.g. --and warmup=0,20")
+        _check_knob(sweep, second[0], second[1], "--and")
 
 
 def run_stability(sweep: Sweep, param: str, values: list[Any], *, seeds: int = 3,
@@ -76,9 +91,7 @@ def run_stability(sweep: Sweep, param: str, values: list[Any], *, seeds: int = 3
                   progress: bool = True) -> StabilityOutcome:
     """Run every grid value on ``seeds`` seeds and analyse the runs; ``sweep`` is the
     :func:`stability_sweep` (its output folder is the stability one)."""
-    _check_knob(sweep, param, values, "--param")
-    if second:
-        _check_knob(sweep, second[0], second[1], "--and")
+    check_grid(sweep, param, values, second)
     names = [param] + ([second[0]] if second else [])
     base = {k: v for k, v in try_values(sweep, {}).items() if k not in names}
     runs = stability.plan(base, param, values, [sweep.spec.seed + i for i in range(seeds)], second)

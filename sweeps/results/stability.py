@@ -101,6 +101,9 @@ class Cell:
 
     key: tuple[Any, ...]
     runs: list[TrialRecord] = field(default_factory=list)
+    #: ``(baseline_loss, flat_tolerance)`` of the sweep: a run that ends in that band sits
+    #: at the random guess, whatever it started from.
+    guess: tuple[float, float] | None = None
 
     @property
     def stable_share(self) -> float:
@@ -134,15 +137,29 @@ class Cell:
 
     def verdict(self) -> str:
         """crashed when the trainer raised on every seed (an error, not instability);
-        explodes / borderline by the share of seeds that failed hard; else too slow/stable."""
+        explodes / borderline by the share of seeds that failed hard; else too slow (not
+        learning, or ended at the random guess: :meth:`at_guess`) or stable."""
         if self.runs and all(r.status == CRASH for r in self.runs):
             return "crashed"
         hard = [r for r in self.runs if r.failed and r.reason not in SLOW_REASONS]
         if hard:
             return "explodes" if len(hard) > len(self.runs) / 2 else "borderline"
-        if any(r.failed for r in self.runs) or not self.loss_decreased():
+        if any(r.failed for r in self.runs) or not self.loss_decreased() or \
+                self.at_guess():
             return "too slow"
         return "stable"
+
+    def at_guess(self) -> bool:
+        """Every stable run's last tenth of losses averages within the flat band of the
+        random guess: a loss that started above it (1.78 against ln 4) and fell to it
+        decreased, and learnt nothing."""
+        if self.guess is None:
+            return False
+        baseline, tolerance = self.guess
+        stable = [objectives.series(r.history, "loss") for r in self.runs if r.status == OK]
+        tails = [statistics.fmean(s[-max(1, len(s) // 10):]) for s in stable if s]
+        return bool(tails) and all(abs(t - baseline) <= tolerance * abs(baseline)
+                                   for t in tails)
 
 
 def _decreased(losses: list[float]) -> bool:
@@ -159,11 +176,14 @@ def _decreased(losses: list[float]) -> bool:
 def cells(book: TrialBook, param: str, second: str | None) -> list[Cell]:
     """Group the stability runs by grid point, in grid order."""
     grouped: dict[tuple[Any, ...], Cell] = {}
+    rules = book.sweep.spec.rules
+    guess = (rules.baseline_loss, rules.flat_tolerance) \
+        if rules.baseline_loss is not None else None
     for rec in book.trials.values():
         if rec.role != ROLE:
             continue
         key = (rec.values.get(param),) + ((rec.values.get(second),) if second else ())
-        grouped.setdefault(key, Cell(key)).runs.append(rec)
+        grouped.setdefault(key, Cell(key, guess=guess)).runs.append(rec)
     return list(grouped.values())
 
 

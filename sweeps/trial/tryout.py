@@ -30,10 +30,10 @@ def try_values(sweep: Sweep, sets: dict[str, Any]) -> dict[str, Any]:
     knob_at = {path: knob for knob, path in sweep.spec.write_back.items() if knob in sweep.space}
     for key, value in sets.items():
         if key in sweep.space:
-            _check_knob_value(sweep, key, value)
+            check_knob_value(sweep, key, value)
             values[key] = value
         elif key in knob_at:  # a knob's own path (opt.lr): the knob, or it would overwrite it
-            _check_knob_value(sweep, knob_at[key], value)
+            check_knob_value(sweep, knob_at[key], value)
             values[knob_at[key]] = value
         elif key not in sweep.spec.write_back.values() and "." not in key:
             near = difflib.get_close_matches(key, list(sweep.space), n=1)
@@ -64,23 +64,24 @@ def new_path_notes(sweep: Sweep, sets: dict[str, Any]) -> list[str]:
     return notes
 
 
-def _check_knob_value(sweep: Sweep, name: str, value: Any) -> None:
-    """A ``--set`` value a knob can take: a number for a range (a whole one for an ``int``
-    knob; outside the range is allowed, to try it), one of a categorical's choices."""
+def check_knob_value(sweep: Sweep, name: str, value: Any, flag: str = "--set") -> None:
+    """A value a knob can take (from ``--set``, or ``flag``): a number for a range (a whole
+    one for an ``int`` knob; outside the range is allowed, to try it), one of a
+    categorical's choices (any number, when they are numbers)."""
     knob = sweep.space[name]
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if isinstance(knob, (LogUniform, Uniform)) and not number:
-        raise SpecError(f"--set {name}", f"{_shown(value)!r} is not a number, and {name} is a "
+        raise SpecError(f"{flag} {name}", f"{_shown(value)!r} is not a number, and {name} is a "
                         f"{knob.type} knob", f"give a number, e.g. {name}={central_value(knob)}")
     if isinstance(knob, IntRange) and not (number and float(value).is_integer()):
-        raise SpecError(f"--set {name}", f"{_shown(value)!r} is not a whole number, and {name} "
+        raise SpecError(f"{flag} {name}", f"{_shown(value)!r} is not a whole number, and {name} "
                         "is an int knob", f"give a whole number, e.g. {name}="
                         f"{central_value(knob)}")
     numeric = all(isinstance(c, (int, float)) and not isinstance(c, bool)
                   for c in knob.choices) if isinstance(knob, Categorical) else False
     if isinstance(knob, Categorical) and value not in knob.choices and \
             not (numeric and number):  # a number among numbers: tried like a range's
-        raise SpecError(f"--set {name}", f"{_shown(value)!r} is not one of {name}'s choices",
+        raise SpecError(f"{flag} {name}", f"{_shown(value)!r} is not one of {name}'s choices",
                         "use one of " + ", ".join(_shown(c) for c in knob.choices))
 
 
