@@ -110,7 +110,7 @@ def candidates(book: TrialBook, records: list[TrialRecord], front: list[TrialRec
     quality = objectives[0]
     sign = 1.0 if quality.mode == "min" else -1.0
     ids = {r.trial_id for r in front}
-    floor = _guess_floor(book, records, quality)
+    floor = guess_floor(book, records, quality)
     rest, cut = [], []
     for rec in records:
         value = objs.metric_value(rec.history, quality.metric)
@@ -132,7 +132,7 @@ def candidates(book: TrialBook, records: list[TrialRecord], front: list[TrialRec
 MIN_GAIN = 0.1
 
 
-def _guess_floor(book: TrialBook, records: list[TrialRecord],
+def guess_floor(book: TrialBook, records: list[TrialRecord],
                  quality: Objective) -> float | None:
     """The signed quality (smaller is better) at or past which a trial learnt nothing: the
     random guess plus :data:`MIN_GAIN` of the best ``ok`` trial's gain over it; None

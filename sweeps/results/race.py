@@ -38,6 +38,7 @@ from __future__ import annotations
 from typing import Any
 
 from sweeps.protocol import OK, PRUNED, ROLE_KEY, SEARCH, SEED_KEY
+from sweeps.record import objectives as objs
 from sweeps.record.book import TrialBook, TrialRecord
 from sweeps.results.confirm import (
     Confirmation,
@@ -51,6 +52,7 @@ from sweeps.results.confirm import (
     raced,
     run_cost,
 )
+from sweeps.results.front import guess_floor
 from sweeps.spec.loader import Sweep
 
 
@@ -101,9 +103,14 @@ class Race:
         conf, quality = self.sweep.spec.confirm, self.sweep.objectives[0]
         sign = 1.0 if quality.mode == "min" else -1.0
         base = base_trial(self.sweep, self.book)
+        search = [r for r in self.book.trials.values() if r.role == SEARCH]
+        floor = guess_floor(self.book, search, quality)  # learnt nothing: no fresh seed
         ranked: list[tuple[float, TrialRecord]] = []
-        for rec in self.book.trials.values():
-            if rec.role != SEARCH or not rec.finished or rec.status != OK or rec is base:
+        for rec in search:
+            if not rec.finished or rec.status != OK or rec is base:
+                continue
+            own = objs.metric_value(rec.history, quality.metric)
+            if floor is not None and own is not None and sign * own >= floor:
                 continue
             judged = self.judge(rec)
             mean = judged.estimate

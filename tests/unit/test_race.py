@@ -155,3 +155,14 @@ def test_nothing_races_without_seeds_or_a_probe(tmp_path: Path) -> None:
 def test_owner_of_a_role() -> None:
     assert owner_of("probe:abc") == "abc" and owner_of("base") is None
 
+
+
+def test_a_trial_that_learnt_nothing_gets_no_fresh_seed(tmp_path: Path) -> None:
+    """Its gain over the random guess (linreg's 1.0) under a tenth of the best's: the race
+    leaves it out, as the candidates after the search do."""
+    sweep = _sweep(tmp_path, base=False, keep=3)
+    best, at_guess = (rec(t, values={"lr": lr}, val_loss=v) for t, lr, v in
+                      (("best", 0.03, 0.1), ("flat", 0.5, 0.99)))
+    race = Race(sweep, book_of(sweep, best, at_guess))
+    assert [r.trial_id for r in race.contenders()] == ["best"]
+    assert not race.wants(at_guess)
