@@ -383,7 +383,7 @@ def print_selection(outcome) -> None:
         not outcome.stable_paths else "UNCONFIRMED"
     console.print(f"{len(outcome.stable_paths)} {kind} stable config(s) written, best first "
                   f"(mean {metric} over fresh seeds; worst seed of every seed run, the "
-                  "search's included):")
+                  "search's included unless it was cut short):")
     fixed = ", ".join(f"{k}={v}" for k, v in outcome.sweep.fixed_changes.items())
     for conf, path in zip(chosen.handed_over, outcome.stable_paths, strict=False):
         mean = "-" if conf.mean is None else f"{conf.mean:.4g}"

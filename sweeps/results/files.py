@@ -193,7 +193,7 @@ def _quality_text(conf: Confirmation) -> str:
                       + ("-" if v is None else f"{v:.4g}") for s, v in conf.by_seed.items())
     mean = "-" if conf.mean is None else f"{conf.mean:.4g}"
     worst = "-" if conf.worst is None else f"{conf.worst:.4g}"
-    return f"{seeds}; mean over fresh seeds {mean}, worst seed {worst} (of every seed above)"
+    return f"{seeds}; mean over fresh seeds {mean}, worst seed {worst} (of every seed counted)"
 
 
 def provenance(sweep: Sweep, chosen: Selection, rank: int, conf: Confirmation,
