@@ -151,6 +151,11 @@ def test_validate_accepts_the_good_file(linreg_dir, capsys, monkeypatch):
     assert main(["validate", "linreg.yaml"]) == 0
     out = capsys.readouterr().out
     assert "valid" in out and "lr (loguniform)" in out
+    edit_linreg(linreg_dir, search_space={"lr": {"type": "loguniform", "low": 0.01, "high": 1},
+                                          "warmup": {"type": "int", "low": 0, "high": 20}},
+                write_back={"lr": "train.lr", "warmup": "train.steps"})
+    assert main(["validate", "linreg.yaml"]) == 0
+    assert "warmup (int)" in capsys.readouterr().out, "the type as the sweep file writes it"
     assert not (linreg_dir / "results").exists()
 
 

@@ -38,7 +38,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from sweeps.spec.loader import load_sweep
 
     sweep = load_sweep(args.file, workdir=Path.cwd())
-    knobs = ", ".join(f"{k} ({type(v).__name__.lower()})" for k, v in sweep.space.items())
+    knobs = ", ".join(f"{k} ({v.type})" for k, v in sweep.space.items())  # the word written
     console.print(f"{args.file}: valid. sweep '{sweep.name}', trainer {sweep.spec.trainer}")
     console.print(f"  knobs: {knobs}")
     console.print("  objectives: " + ", ".join(f"{o.metric} ({o.mode})"
