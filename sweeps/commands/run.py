@@ -265,13 +265,10 @@ def unseeded_lines(book: TrialBook) -> list[str]:
     for rec in book.trials.values():
         owner = owner_of(rec.role)
         cand = book.trials.get(owner) if owner and rec.role == probe_role(owner) else None
-        if cand is None or cand.seed != rec.seed or not cand.history or not rec.history:
+        if cand is None or cand.seed != rec.seed:
             continue
-        a, b = cand.history[0], rec.history[0]
-        la, lb = a.get("loss"), b.get("loss")
-        if a.get("step") != b.get("step") or a.get("step") not in (0, 1) or \
-                not isinstance(la, float) or \
-                not isinstance(lb, float) or not (math.isfinite(la) and math.isfinite(lb)):
+        la, lb = _start_loss(cand.history), _start_loss(rec.history)
+        if la is None or lb is None or cand.history[0]["step"] != rec.history[0]["step"]:
             continue
         if abs(la - lb) > UNSEEDED_GAP * max(abs(la), abs(lb)):
             return [f"trial {cand.trial_id} and its LR probe {rec.trial_id} ran seed "
@@ -280,6 +277,17 @@ def unseeded_lines(book: TrialBook) -> list[str]:
                     "call torch.manual_seed(config['sweep']['seed']) (and seed your data "
                     "order), else no per-seed result reproduces"]
     return []
+
+
+def _start_loss(history: list[dict]) -> float | None:
+    """The loss of a history's first report when that is step 1 (or 0), before any
+    update, and finite; else None."""
+    first = history[0] if history else {}
+    loss = first.get("loss")
+    if first.get("step") not in (0, 1) or not isinstance(loss, float) or \
+            not math.isfinite(loss):
+        return None
+    return loss
 
 
 def write_outputs(sweep: Sweep, book: TrialBook, front: list[TrialRecord],

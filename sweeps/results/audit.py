@@ -552,13 +552,8 @@ def run_audit(folder: Path, *, sample: int = DEFAULT_SAMPLE, steps: int | None =
         judge(run, metric, mode, best, sweep.quality_baseline, rules.flat_tolerance, margin,
               rules.baseline_loss)
         run.held_until = held_until(run, rules)
-        if best is None and run.outcome != "failed":  # judged below, once every re-run is in
-            quality = "-" if run.quality is None else f"{run.quality:.4g}"
-            echo(f"  {i}/{len(runs)} {run.trial_id} ({run.reason} @ {_fmt(run.stop_step)}): "
-                 f"{run.steps} steps, {metric} {quality}: judged when every re-run is in "
-                 "(no search trial finished ok to compare with)")
-        else:
-            echo(f"  {i}/{len(runs)} {_run_line(run, metric)}")
+        pending = best is None and run.outcome != "failed"  # judged once every re-run is in
+        echo(f"  {i}/{len(runs)} {_run_line(run, metric, pending)}")
     if best is None:  # no ok search trial: the best re-run that did not fail is the reference
         good = [r.quality for r in runs if r.outcome != "failed" and r.quality is not None]
         if good:
@@ -582,15 +577,21 @@ def run_audit(folder: Path, *, sample: int = DEFAULT_SAMPLE, steps: int | None =
     return result
 
 
-def _run_line(run: Rerun, metric: str) -> str:
+def _run_line(run: Rerun, metric: str, pending: bool = False) -> str:
+    """A re-run's line: what it ran and reached, and its outcome (``pending``: not yet,
+    it is judged against the best re-run once every one is in)."""
     quality = "-" if run.quality is None else f"{run.quality:.4g}"
+    ran = f"{run.trial_id} ({run.reason} @ {_fmt(run.stop_step)}): {run.steps} steps, " \
+        f"{metric} {quality}"
+    if pending:
+        return f"{ran}: judged when every re-run is in (no search trial finished ok to " \
+            "compare with)"
     held = ""
     if run.held_until is not None:
         state = "collapsed" if run.reason == "collapse" else "in the random-guess band"
         held = (f"; {state} through step {run.held_until} of {run.steps}"
                 if run.held_until < run.steps else f"; {state} to the end")
-    return (f"{run.trial_id} ({run.reason} @ {_fmt(run.stop_step)}): {run.steps} steps, "
-            f"{metric} {quality}: {run.outcome} ({run.why}{held})")
+    return f"{ran}: {run.outcome} ({run.why}{held})"
 
 
 def _reference(trials: pd.DataFrame, metric: str, mode: str) -> tuple[float | None, str]:

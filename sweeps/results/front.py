@@ -133,7 +133,7 @@ MIN_GAIN = 0.1
 
 
 def guess_floor(book: TrialBook, records: list[TrialRecord],
-                 quality: Objective) -> float | None:
+                quality: Objective) -> float | None:
     """The signed quality (smaller is better) at or past which a trial learnt nothing: the
     random guess plus :data:`MIN_GAIN` of the best ``ok`` trial's gain over it; None
     without a quality baseline or a trial that beat it."""

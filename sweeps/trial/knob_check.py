@@ -72,16 +72,22 @@ def lr_ignored(records: Iterable[TrialRecord]) -> str | None:
             f"{max(reported):.3g}): the trainer does not read the lr knob's write_back path")
 
 
+def _compiled_labels(records: Iterable[TrialRecord]) -> list[TrialRecord]:
+    """The finished (not crashed) search trials labelled with a compiled mode that sent
+    their compile evidence."""
+    from sweeps.trial.compile import compile_mode
+
+    return [rec for rec in records
+            if rec.role == SEARCH and rec.finished and rec.status != CRASH
+            and rec.compile is not None
+            and compile_mode(rec.values.get("compile", "none")) != "none"]
+
+
 def compile_ignored(records: Iterable[TrialRecord]) -> str | None:
     """Why the trainer does not compile what the ``compile`` knob asks, or None: the first
     :data:`MIN_TRIALS` search trials labelled with a compiled mode that finished (not
     crashed) and sent their compile evidence all compiled no graph."""
-    from sweeps.trial.compile import compile_mode
-
-    labelled = [rec for rec in records
-                if rec.role == SEARCH and rec.finished and rec.status != CRASH
-                and rec.compile is not None
-                and compile_mode(rec.values.get("compile", "none")) != "none"]
+    labelled = _compiled_labels(records)
     if len(labelled) < MIN_TRIALS or any(rec.compile.get("graphs") for rec in labelled):
         return None
     modes = sorted({str(rec.values["compile"]) for rec in labelled})
@@ -164,8 +170,9 @@ def inert_knob(records: Iterable[TrialRecord]) -> InertKnob | None:
                          "reports)")
     why = compile_ignored(records)
     if why:
+        called = any(rec.compile.get("calls") for rec in _compiled_labels(records))
         fix = "drop the knob (`compile: none` in search_space), or make the model one " \
-            "torch.compile can trace" if "though the trainer called" in why else \
+            "torch.compile can trace" if called else \
             "point write_back.compile at the key your trainer passes to " \
             "sweeps.compile_model(model, mode), or drop the knob: `compile: none` in " \
             "search_space"
