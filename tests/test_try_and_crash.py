@@ -52,6 +52,7 @@ def test_try_rejects_an_unknown_knob(linreg_dir, capsys, monkeypatch):
 
 @pytest.mark.parametrize(("pair", "says"), [
     ("lr=abc", "--set lr: 'abc' is not a number, and lr is a loguniform knob"),
+    ("lr=\x1b[31mred", "--set lr: '\\x1b[31mred' is not a number"),  # not YAML: text
     ("lrr=0.01", "fix: did you mean lr=0.01?"),
     ("train.lr=fast", "--set lr: 'fast' is not a number"),  # the knob's own path
     ("notes.tags=a", "the base config holds a list there (['a', 'b']), not 'a'"),

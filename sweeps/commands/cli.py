@@ -55,7 +55,10 @@ def _parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
         key, sep, raw = pair.partition("=")
         if not sep or not key:
             raise SpecError(f"--set {pair}", "not of the form knob=value", "write e.g. lr=1e-3")
-        value = yaml.safe_load(raw)
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:  # not YAML (a control character, a stray colon): the text
+            value = raw
         if isinstance(value, str):  # YAML 1.1 reads 1e-5 (no dot) as text: a number is meant
             try:
                 value = float(value)
@@ -109,8 +112,11 @@ def all_crashed(trials, folder: Path) -> int:
     and the candidates' verdicts rest on nothing); else 0."""
     import pandas as pd
 
+    from sweeps.results.race import owner_of
+
     search = trials[trials["role"] == SEARCH] if len(trials) else trials
-    reruns = trials[trials["role"].astype(str).str.contains(":")] if len(trials) else trials
+    reruns = trials[trials["role"].map(lambda r: owner_of(str(r)) is not None)] \
+        if len(trials) else trials
     if len(reruns) >= 2 and (reruns["status"] == CRASH).all() and \
             (pd.to_numeric(reruns["stop_step"], errors="coerce").fillna(0) == 0).all():
         first = reruns.iloc[0]
@@ -172,8 +178,10 @@ def cmd_stability(args: argparse.Namespace) -> int:
         second = (name.strip(), stability.parse_values(rest))
     from sweeps.commands.stability import check_grid
     from sweeps.state.folder_lock import claim
+    from sweeps.tune.session import check_address
 
     check_grid(sweep, args.param, values, second)  # bad input: exit 2, nothing written
+    check_address(args.address)
     # the sweep's results folder is held from the preflight to the last file (a `sweeps
     # run` of it waits); the stability files go to its own subfolder
     with claim(sweep.output_dir, "stability"):
