@@ -5,32 +5,20 @@ was cancelled before it started)."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import tempfile
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import edit_linreg, read_results_csv, skip_or_fail
+from tests.conftest import edit_linreg, read_results_csv
 from tests.test_node_failure import _record
-from tests.test_ray_cluster import SCRIPTS, _cluster_python, cluster_env
+from tests.test_ray_cluster import local_cluster
 
 pytestmark = pytest.mark.slow
 
 
 def test_run_address_on_a_cluster_without_token_auth_runs_its_trials(linreg_dir):
-    py = _cluster_python()
-    if py is None:
-        skip_or_fail("no Python with ray[default] for the cluster")
-    state = Path(tempfile.mkdtemp(prefix="swt-", dir="/tmp"))
-    env = cluster_env(state, py)
-    env["RAY_AUTH_MODE"] = "disabled"
-    start = subprocess.run([str(SCRIPTS / "start-local-cluster.sh")], env=env, text=True,
-                           capture_output=True, timeout=240)
-    try:
-        assert start.returncode == 0, start.stdout + start.stderr
-        assert "token auth:           OFF" in start.stdout
+    with local_cluster("swt-", RAY_AUTH_MODE="disabled") as (state, env, py, started):
+        assert "token auth:           OFF" in started
         edit_linreg(linreg_dir, name="no-token",
                     search_space={"lr": {"type": "loguniform", "low": 0.04, "high": 0.06}},
                     budget={"trials": 2, "max_steps": 30, "concurrent": 2,
@@ -43,8 +31,5 @@ def test_run_address_on_a_cluster_without_token_auth_runs_its_trials(linreg_dir)
              "--address", _record(state)["SWEEPS_RAY_GCS"]], cwd=linreg_dir,
             env=driver_env, capture_output=True, text=True, timeout=300)
         assert driver.returncode == 0, driver.stderr[-3000:]
-    finally:
-        subprocess.run([str(SCRIPTS / "stop-local-cluster.sh")], env=env, timeout=120)
-        shutil.rmtree(state, ignore_errors=True)
     trials = read_results_csv(linreg_dir / "results" / "no-token" / "trials.csv")
     assert list(trials["status"]) == ["ok", "ok"], trials[["status", "reason", "evidence"]]

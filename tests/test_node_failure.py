@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from tests.conftest import edit_linreg, read_results_csv, skip_or_fail
-from tests.test_ray_cluster import SCRIPTS, _cluster_python, cluster_env
+from tests.conftest import edit_linreg, read_results_csv
+from tests.test_ray_cluster import local_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -48,16 +46,8 @@ def _last_steps(folder: Path) -> dict[str, int]:
 
 
 def test_killing_a_worker_node_retries_its_trial_from_the_checkpoint(linreg_dir):
-    py = _cluster_python()
-    if py is None:
-        skip_or_fail("no Python with ray[default] for the cluster")
-    state = Path(tempfile.mkdtemp(prefix="swn-", dir="/tmp"))
-    env = cluster_env(state, py)
-    start = subprocess.run([str(SCRIPTS / "start-local-cluster.sh")], env=env, text=True,
-                           capture_output=True, timeout=240)
-    driver = None
-    try:
-        assert start.returncode == 0, start.stdout + start.stderr
+    out = linreg_dir / "results" / "node-lost"
+    with local_cluster("swn-") as (state, env, py, _):
         record = _record(state)
         edit_linreg(linreg_dir, name="node-lost",
                     search_space={"lr": {"type": "loguniform", "low": 0.04, "high": 0.06}},
@@ -65,29 +55,27 @@ def test_killing_a_worker_node_retries_its_trial_from_the_checkpoint(linreg_dir)
                             "scheduler": "none"},
                     confirm={"seeds": 0, "lr_probe": 0},
                     train={"sleep": 0.1, "checkpoint_every": 10})
-        out = linreg_dir / "results" / "node-lost"
         driver = subprocess.Popen(
             [py, "-m", "sweeps", "run", "linreg.yaml", "--quiet", "--no-preflight",
              "--address", record["SWEEPS_RAY_GCS"]], cwd=linreg_dir, env=env,
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             start_new_session=True)
-        deadline = time.monotonic() + 240
-        while True:  # both trials (one per node) well past their first checkpoint
-            assert driver.poll() is None, driver.stderr.read()[-3000:]
-            assert time.monotonic() < deadline, "the trials did not start in time"
-            steps = _last_steps(out / "trials") if (out / "trials").exists() else {}
-            if len(steps) == 2 and min(steps.values()) >= 25:
-                break
-            time.sleep(0.2)
-        for sid in record["SWEEPS_RAY_WORKER_SIDS"].split():
-            for pid in _session_pids(int(sid)):
-                os.kill(pid, signal.SIGKILL)  # the whole worker node dies at once
-        assert driver.wait(timeout=300) == 0, driver.stderr.read()[-3000:]
-    finally:
-        if driver is not None and driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-        subprocess.run([str(SCRIPTS / "stop-local-cluster.sh")], env=env, timeout=120)
-        shutil.rmtree(state, ignore_errors=True)
+        try:
+            deadline = time.monotonic() + 240
+            while True:  # both trials (one per node) well past their first checkpoint
+                assert driver.poll() is None, driver.stderr.read()[-3000:]
+                assert time.monotonic() < deadline, "the trials did not start in time"
+                steps = _last_steps(out / "trials") if (out / "trials").exists() else {}
+                if len(steps) == 2 and min(steps.values()) >= 25:
+                    break
+                time.sleep(0.2)
+            for sid in record["SWEEPS_RAY_WORKER_SIDS"].split():
+                for pid in _session_pids(int(sid)):
+                    os.kill(pid, signal.SIGKILL)  # the whole worker node dies at once
+            assert driver.wait(timeout=300) == 0, driver.stderr.read()[-3000:]
+        finally:
+            if driver.poll() is None:
+                os.killpg(driver.pid, signal.SIGKILL)
     trials = read_results_csv(out / "trials.csv")
     assert list(trials["status"]) == ["ok", "ok"], "the sweep completed"
     assert trials["retries"].sum() == 1, "the trial on the lost node was retried once"

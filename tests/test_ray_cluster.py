@@ -8,6 +8,7 @@ own interpreter, or SWEEPS_RAY_PYTHON; without one the cluster tests are skipped
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -68,6 +69,26 @@ def cluster_env(state: Path, py: str) -> dict[str, str]:
                SWEEPS_RAY_AGENT_PORT=str(_free_ports(2)), SWEEPS_RAY_WORKERS="1",
                SWEEPS_RAY_CPUS="1")
     return env
+
+
+@contextlib.contextmanager
+def local_cluster(prefix: str, **env_vars: str):
+    """A fresh two-node cluster for one test: ``(state folder, its environment, its
+    Python)``, stopped and removed after it; skipped (or failed in CI) without a Python
+    that has ray[default]."""
+    py = _cluster_python()
+    if py is None:
+        skip_or_fail("no Python with ray[default] for the cluster")
+    state = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))  # Ray's socket paths are short
+    env = {**cluster_env(state, py), **env_vars}
+    start = subprocess.run([str(SCRIPTS / "start-local-cluster.sh")], env=env, text=True,
+                           capture_output=True, timeout=240)
+    try:
+        assert start.returncode == 0, start.stdout + start.stderr
+        yield state, env, py, start.stdout
+    finally:
+        subprocess.run([str(SCRIPTS / "stop-local-cluster.sh")], env=env, timeout=120)
+        shutil.rmtree(state, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
