@@ -12,6 +12,7 @@ Text printed without rich goes through :func:`echo`.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Iterable
@@ -66,11 +67,19 @@ class TextConsole(Console):
                 yield Segment(clean(segment.text), segment.style)
 
 
+#: Width of a console that is not a terminal (a pipe, a log file, CI) when ``COLUMNS`` is
+#: not set: tables keep their natural width instead of wrapping numbers at rich's 80.
+PIPE_WIDTH = 200
+
+
 def console(*, stderr: bool = False, file: IO[str] | None = None) -> Console:
     """A console for sweeps' output (stdout, or stderr, or ``file``): text printed as
-    text, cleaned, never markup."""
-    return TextConsole(stderr=stderr, file=file, markup=False, emoji=False, highlight=False,
-                       soft_wrap=True)
+    text, cleaned, never markup; :data:`PIPE_WIDTH` wide when it is not a terminal."""
+    out = TextConsole(stderr=stderr, file=file, markup=False, emoji=False, highlight=False,
+                      soft_wrap=True)
+    if not out.is_terminal and not os.environ.get("COLUMNS"):
+        out.width = PIPE_WIDTH
+    return out
 
 
 def flagged(word: str, rest: Any, style: str = "bold red") -> Text:

@@ -157,6 +157,22 @@ def test_a_confirmation_stage_tells_its_own_time_left(linreg_dir):
     assert "(c1, seed 0)" not in out.getvalue()
 
 
+def test_a_stability_grid_counts_its_cells_with_their_seeds(linreg_dir):
+    """``sweeps stability``'s runs are cells of its grid, each counted and named with its
+    seed, not the search race's re-runs."""
+    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir))
+    out = io.StringIO()
+    progress = ProgressLines(book, 2, console=Console(file=out, width=200), stage="stability")
+    for trial_id, seed in (("s0", 0), ("s1", 1)):
+        cell = _trial(trial_id, 0.1, 20, 0.4 + seed / 10)
+        cell.last_result["config"].update({"_role": "stability", "_seed": seed})
+        _feed(progress, book, cell)
+    text = out.getvalue()
+    assert "[1/2] s0 ok  lr=0.1 seed 0" in text and "[2/2] s1 ok  lr=0.1 seed 1" in text
+    assert "race" not in text and "stability: elapsed" in text
+    assert "best val_loss 0.4 (s0)" in text
+
+
 def test_a_resumed_sweep_counts_on_and_prints_no_trial_twice(linreg_dir, capsys):
     """Ray Tune restores the callback as it was saved and tells it again of a trial that
     finished after that save: the count goes on from what the book holds."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from sweeps.errors import SpecError
-from sweeps.protocol import CRASH, SEED_KEY, STATUS_KEY
+from sweeps.protocol import CRASH, SEED_KEY, STABILITY, STATUS_KEY
 from sweeps.record import objectives
 from sweeps.record.book import TrialBook, books_of, open_book
 from sweeps.results import boundary, stability
@@ -101,7 +101,7 @@ def run_stability(sweep: Sweep, param: str, values: list[Any], *, seeds: int = 3
         with books_of(sweep):
             book = open_book(sweep, FOLDER)
             with ray_running(address):
-                run_configs(sweep, book, runs, "ray", progress=progress)
+                run_configs(sweep, book, runs, "ray", progress=progress, stage=STABILITY)
             return write_stability(sweep, book, names)
 
 

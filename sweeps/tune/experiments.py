@@ -43,9 +43,10 @@ def _trainable(sweep: Sweep) -> Any:
 
 
 def _run_config(sweep: Sweep, name: str, book: TrialBook, total: int | None,
-                progress: bool) -> tune.RunConfig:
+                progress: bool, stage: str | None = None) -> tune.RunConfig:
     callbacks = [WorkerLogs(book), TrialEvents(book)]  # the log is kept before it is named
-    stage = None if name == "ray" else name  # "ray": the search; else confirmation
+    if stage is None and name != "ray":  # "ray": the search; else confirmation
+        stage = name
     callbacks += [ProgressLines(book, total, stage=stage)] if progress else []
     return tune.RunConfig(
         name=name, storage_path=str(sweep.output_dir), stop=RuleStopper(book),
@@ -76,8 +77,10 @@ def run_search(sweep: Sweep, book: TrialBook, *, progress: bool = True,
 
 
 def run_configs(sweep: Sweep, book: TrialBook, configs: list[dict[str, Any]], name: str,
-                *, progress: bool = True, resume: bool = False) -> None:
-    """Run fixed trial configs (knob values plus ``_seed``/``_lr_scale``/``_role``)."""
+                *, progress: bool = True, resume: bool = False,
+                stage: str | None = None) -> None:
+    """Run fixed trial configs (knob values plus ``_seed``/``_lr_scale``/``_role``);
+    ``stage`` names them in the progress lines (default: ``name``)."""
     if not configs:
         return
     path = sweep.output_dir / name
@@ -91,7 +94,7 @@ def run_configs(sweep: Sweep, book: TrialBook, configs: list[dict[str, Any]], na
             search_alg=FixedRuns(configs), num_samples=-1,
             max_concurrent_trials=sweep.spec.budget.concurrent, reuse_actors=True,
             scheduler=WatchedFIFO(book, sweep.spec.budget.hang_timeout)),
-        run_config=_run_config(sweep, name, book, len(configs), progress))
+        run_config=_run_config(sweep, name, book, len(configs), progress, stage))
     tuner.fit()
 
 

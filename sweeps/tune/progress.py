@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from sweeps.protocol import CRASH, FINISHED_OK, OK, SEARCH, probe_role
+from sweeps.protocol import CRASH, FINISHED_OK, OK, SEARCH, STABILITY, probe_role
 from sweeps.record import objectives
 from sweeps.record.book import TrialBook, TrialRecord
 from sweeps.results.race import owner_of
@@ -32,7 +32,7 @@ class ProgressLines(Callback):
                  live: bool | None = None, stage: str | None = None) -> None:
         self.book = book
         self.total = total
-        self.stage = stage  # None: the search; else a confirmation stage's name
+        self.stage = stage  # None: the search; else a confirmation stage's name or STABILITY
         self._console = console
         self._live_wanted = live
         self._live: Live | None = None
@@ -162,7 +162,8 @@ class ProgressLines(Callback):
         if not counted:
             return f"{rec.trial_id} {what}"
         count = f"{self.done}/{self.total}" if self.total is not None else self.count()
-        return f"[{count}] {rec.trial_id} {what}  {knobs}"
+        seed = f" seed {rec.seed}" if rec.role == STABILITY else ""
+        return f"[{count}] {rec.trial_id} {what}  {knobs}{seed}"
 
     def count(self) -> str:
         """``done/total`` trials, or trials done and steps spent of a step budget."""
@@ -249,7 +250,7 @@ class ProgressLines(Callback):
 
     def tally(self) -> str:
         counts = ", ".join(f"{k} {n}" for k, n in sorted(self.counts.items()))
-        label = "best" if self.stage is None else "best fresh-seed run"
+        label = "best" if self.stage in (None, STABILITY) else "best fresh-seed run"
         best = f" | {label} {self.best[1]}" if self.best else ""
         return f"{counts}{best} | {self.time_text()}"
 

@@ -44,6 +44,20 @@ def test_the_console_prints_markup_as_text_and_cleans_tables():
     assert "title" not in printed and printed.count("end") == 2, "a title sequence, not more"
 
 
+def test_a_piped_console_keeps_table_rows_whole(monkeypatch):
+    """Off a terminal (a pipe, a log) a table is as wide as its cells, not wrapped at 80."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    out = io.StringIO()
+    table = Table()
+    for name in ("lr", "max_grad_norm", "loss_decreased", "stable_seeds", "reasons",
+                 "val_loss (min–max)", "gap", "verdict"):
+        table.add_column(name)
+    table.add_row("0.001", "5.608", "True", "2/2", "", "0.677 (0.664–0.691)", "+42%",
+                  "stable, poor")
+    console(file=out).print(table)
+    assert "0.677 (0.664–0.691)" in out.getvalue() and "stable, poor" in out.getvalue()
+
+
 def test_csv_headers_are_quoted_like_cells_and_read_back(tmp_path):
     frame = pd.DataFrame({"step": [1], '=HYPERLINK("http://x")': [1.0], "-0.5": [2.0],
                           "@cmd": ["=1+1"]})
