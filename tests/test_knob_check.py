@@ -15,6 +15,7 @@ from sweeps.trial.knob_check import (
     inert_knob,
     lr_ignored,
     unreported_objective,
+    warmup_ignored,
 )
 from tests.conftest import edit_linreg, run_cli_in
 
@@ -55,6 +56,31 @@ def test_the_same_reported_lr_across_a_tenfold_span_is_caught():
     # OneCycleLR to a fixed max_lr: trials stopped inside its warmup never reached it
     stopped = [_rec(7, 2e-4, 0.0004, rising=True), _rec(8, 3e-4, 0.0006, rising=True)]
     assert "does not read the lr knob" in lr_ignored([*stopped, *same])
+
+
+def _warmed(i: int, warmup: int, lrs: list[float]) -> TrialRecord:
+    rec = TrialRecord(trial_id=str(i), values={"warmup": warmup, "lr": 0.01}, seed=0,
+                      role="search")
+    rec.history = [{"step": s, "lr": lr} for s, lr in enumerate(lrs, start=1)]
+    rec.finished, rec.status = True, "ok"
+    return rec
+
+
+def test_a_warmup_that_never_moves_the_lr_is_caught():
+    """A scheduler never stepped (or a warmup path never read): one LR all run long."""
+    flat = [_warmed(i, w, [0.01] * 60) for i, w in enumerate((10, 20, 40))]
+    why = warmup_ignored(flat)
+    assert why and "3 search trials with warmup 10 to 40" in why and "the LR was 0.01" in why
+    assert inert_knob(flat).key == "write_back.warmup"
+    ramp = [min(1.0, s / 20) * 0.01 for s in range(1, 61)]
+    assert warmup_ignored([*flat, _warmed(9, 20, ramp)]) is None, "one trial warmed up"
+    assert warmup_ignored(flat[:2]) is None, "too few trials"
+    # stopped inside its warmup, or a warmup of 0: nothing to tell
+    assert warmup_ignored([_warmed(i, 40, [0.01] * 30) for i in range(3)]) is None
+    assert warmup_ignored([_warmed(i, 0, [0.01] * 60) for i in range(3)]) is None
+    # a schedule stepped per epoch: the LR moves later in the run
+    epochs = [_warmed(i, 20, [0.001] * 30 + [0.01] * 30) for i in range(3)]
+    assert warmup_ignored(epochs) is None
 
 
 @pytest.mark.slow

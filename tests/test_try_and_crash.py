@@ -135,6 +135,20 @@ def test_try_says_when_the_lr_knob_does_not_reach_the_optimizer(linreg_dir, caps
     assert "seed 0" in out
 
 
+def test_try_says_when_a_warmup_never_moves_the_lr(linreg_dir, capsys, monkeypatch):
+    """The warmup knob written where the trainer never reads it (as a scheduler never
+    stepped looks): the LR is the same on every report, and try exits 2 naming the path."""
+    monkeypatch.chdir(linreg_dir)
+    edit_linreg(linreg_dir, new_keys=True,
+                search_space={"warmup": {"type": "int", "low": 0, "high": 40}},
+                write_back={"warmup": "train.warmup_steps"})
+    assert main(["try", "linreg.yaml", "--set", "warmup=0", "--steps", "30"]) == 0
+    assert main(["try", "linreg.yaml", "--set", "warmup=20", "--steps", "30"]) == 2
+    err = capsys.readouterr().err
+    assert "write_back.warmup: the LR was 0.1 on every report" in err and "with warmup 20" in err
+    assert "scheduler.step()" in err
+
+
 def test_try_stops_a_schedule_that_climbs_past_the_sampled_lr(linreg_dir, capsys, monkeypatch):
     monkeypatch.chdir(linreg_dir)
     # hooked_trainer's cosine with an absolute floor: lr 1e-3 trains at 1e-2 after warmup

@@ -71,14 +71,24 @@ def _parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
 def cmd_try(args: argparse.Namespace) -> int:
     from sweeps.spec.loader import load_sweep
     from sweeps.trial.tryout import lr_not_followed, try_trial, try_values
-    from sweeps.trial.wiring import ZERO_GRAD_NORM_FIX, ZERO_GRAD_NORM_PROBLEM, grad_norms_all_zero
+    from sweeps.trial.wiring import (
+        WARMUP_NEVER_RAN_FIX,
+        ZERO_GRAD_NORM_FIX,
+        ZERO_GRAD_NORM_PROBLEM,
+        grad_norms_all_zero,
+        warmup_never_ran,
+    )
 
     sweep = load_sweep(args.file, workdir=Path.cwd())
     sets = _parse_sets(args.set or [])
     rec = try_trial(sweep, sets, steps=args.steps, seed=args.seed, every=args.print_every,
                     console=console)
-    if lr_not_followed(try_values(sweep, sets).get("lr"), rec.history):
+    values = try_values(sweep, sets)
+    if lr_not_followed(values.get("lr"), rec.history):
         return 2
+    never = warmup_never_ran(values.get("warmup"), rec.history)
+    if never:
+        raise SpecError("write_back.warmup", never, WARMUP_NEVER_RAN_FIX)
     if grad_norms_all_zero(rec.history):
         raise SpecError("trainer", f"{ZERO_GRAD_NORM_PROBLEM}; the rules would judge a "
                         "gradient that was never measured", ZERO_GRAD_NORM_FIX)

@@ -8,6 +8,8 @@ that does nothing; where the trials show it, the sweep stops after a few of them
   LR scales with the sampled ``lr`` (a warmup or decay schedule scales it by the same
   factor in every trial). When trials whose sampled ``lr`` spans ten times or more all
   report the same peak, the knob does not reach the optimizer.
+- ``warmup``: trials with a warmup above 0 whose reported LR never changed (a scheduler
+  never stepped, or a warmup the trainer does not read).
 - ``compile``: every trial records what torch compiled. When the trials labelled with a
   compiled mode all compiled no graph at all, the trainer never compiles (it does not
   read the compile knob's path, or never calls ``sweeps.compile_model``).
@@ -29,7 +31,13 @@ from sweeps.record import objectives
 from sweeps.record.book import TrialRecord
 from sweeps.rules.settings import RuleSettings
 from sweeps.trial.run import reported_metrics
-from sweeps.trial.wiring import ZERO_GRAD_NORM_FIX, ZERO_GRAD_NORM_PROBLEM, grad_norms_all_zero
+from sweeps.trial.wiring import (
+    WARMUP_NEVER_RAN_FIX,
+    ZERO_GRAD_NORM_FIX,
+    ZERO_GRAD_NORM_PROBLEM,
+    grad_norms_all_zero,
+    warmup_never_ran,
+)
 
 #: Sampled LRs must span at least this factor before the check can tell.
 MIN_SPAN = 10.0
@@ -70,6 +78,28 @@ def lr_ignored(records: Iterable[TrialRecord]) -> str | None:
     return (f"{len(pairs)} search trials sampled lr from {min(sampled):.3g} to "
             f"{max(sampled):.3g}, and every one reported the same optimizer LR (peak "
             f"{max(reported):.3g}): the trainer does not read the lr knob's write_back path")
+
+
+def warmup_ignored(records: Iterable[TrialRecord]) -> str | None:
+    """Why the ``warmup`` knob does nothing, or None: :data:`MIN_TRIALS` finished search
+    trials with warmup above 0 reported one LR all run long
+    (:func:`~sweeps.trial.wiring.warmup_never_ran`), and no such trial's LR moved."""
+    shown, moved = [], False
+    for rec in records:
+        if rec.role != SEARCH or not rec.finished or rec.status == CRASH:
+            continue
+        warmup = rec.values.get("warmup")
+        why = warmup_never_ran(warmup, rec.history)
+        if why:
+            shown.append((warmup, why))
+        elif isinstance(warmup, (int, float)) and warmup >= 2 and \
+                len(set(objectives.series(rec.history, "lr"))) > 1:
+            moved = True
+    if moved or len(shown) < MIN_TRIALS:
+        return None
+    low, high = min(w for w, _ in shown), max(w for w, _ in shown)
+    return (f"{len(shown)} search trials with warmup {low:g} to {high:g} each reported one "
+            f"LR from their first step to their last (e.g. {shown[0][1]})")
 
 
 def _compiled_labels(records: Iterable[TrialRecord]) -> list[TrialRecord]:
@@ -168,6 +198,9 @@ def inert_knob(records: Iterable[TrialRecord]) -> InertKnob | None:
         return InertKnob("lr", why, "point write_back.lr at the key your trainer builds its "
                          "optimizer from (`sweeps try FILE --set lr=...` shows the LR it "
                          "reports)")
+    why = warmup_ignored(records)
+    if why:
+        return InertKnob("warmup", why, WARMUP_NEVER_RAN_FIX)
     why = compile_ignored(records)
     if why:
         called = any(rec.compile.get("calls") for rec in _compiled_labels(records))

@@ -11,6 +11,9 @@ not mean what they should. Each warns once per trial, on the report where it sho
   norm measured is the clipped one;
 * a step whose training measurement is reported again: ``report`` once per optimizer
   step (with gradient accumulation, after the optimizer step, not per micro-batch).
+
+:func:`warmup_never_ran` reads a whole run: the ``warmup`` knob was above 0 and the LR
+never changed (the trainer steps no LR scheduler, or does not read the knob's path).
 """
 
 from __future__ import annotations
@@ -55,6 +58,38 @@ def grad_norms_all_zero(history: Sequence[Mapping[str, Any]],
                 return False
             zeros += 1
     return zeros >= least
+
+
+WARMUP_NEVER_RAN_FIX = ("step the LR scheduler once per optimizer step (scheduler.step() "
+                        "after optimizer.step()), and point write_back.warmup at the key "
+                        "your trainer builds its warmup from (`sweeps try FILE --set "
+                        "warmup=50` shows the LR it reports)")
+
+
+def warmup_never_ran(warmup: Any, history: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why the reported LR shows no warmup of ``warmup`` steps, or None: at least two
+    reports inside the warmup and one past it, and every reported ``lr`` the same (a
+    schedule stepped per epoch changes later; one never stepped, or a warmup knob the
+    trainer ignores, never does).
+
+    Example:
+        >>> warmup_never_ran(20, [{"step": s, "lr": 0.01} for s in range(1, 41)])[:33]
+        'the LR was 0.01 on every report ('
+        >>> warmup_never_ran(20, [{"step": s, "lr": min(1, s / 20) * 0.01} for s in range(1, 41)])
+    """
+    if not isinstance(warmup, (int, float)) or isinstance(warmup, bool) or warmup < 2:
+        return None
+    lrs = [(int(h.get("step", 0)), float(h["lr"])) for h in history
+           if isinstance(h.get("lr"), (int, float)) and not isinstance(h.get("lr"), bool)]
+    inside = [lr for step, lr in lrs if step < warmup]
+    if len(inside) < 2 or not any(step > warmup for step, _ in lrs):
+        return None
+    values = [lr for _, lr in lrs]
+    if max(values) - min(values) > 1e-12 * max(abs(max(values)), 1e-30):
+        return None
+    return (f"the LR was {values[0]:.3g} on every report ({len(values)} reports, steps "
+            f"{lrs[0][0]}-{lrs[-1][0]}) with warmup {warmup:g}: no warmup ran, and no "
+            "schedule moved the LR")
 
 
 class WiringWatch:
