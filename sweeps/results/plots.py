@@ -92,10 +92,28 @@ def _scatter_by_status(ax: Axes, frame: pd.DataFrame, x: str, y: str) -> None:
                        label=f"{status} ({len(part)})")
 
 
-def _ring_front(ax: Axes, front: pd.DataFrame, x: str, y: str, confirmed: set[str]) -> None:
+def non_dominated(frame: pd.DataFrame, x: str, y: str, signs: tuple[float, float]) -> pd.DataFrame:
+    """The rows of ``frame`` no other row beats on both ``x`` and ``y`` (each times its
+    sign: 1 to minimise, -1 to maximise), sorted by ``x``.
+
+    Example:
+        >>> f = pd.DataFrame({"q": [1.0, 2.0, 3.0, 2.5], "t": [3.0, 1.0, 0.5, 2.0]})
+        >>> non_dominated(f, "q", "t", (1, 1))["q"].tolist()
+        [1.0, 2.0, 3.0]
+        >>> non_dominated(f, "q", "t", (-1, 1))["q"].tolist()  # q an accuracy
+        [3.0]
+    """
+    a, b = frame[x] * signs[0], frame[y] * signs[1]
+    keep = [not ((a <= a[i]) & (b <= b[i]) & ((a < a[i]) | (b < b[i]))).any()
+            for i in frame.index]
+    return frame[keep].sort_values(x)
+
+
+def _ring_front(ax: Axes, front: pd.DataFrame, x: str, y: str, confirmed: set[str],
+                signs: tuple[float, float] = (1, 1)) -> None:
     if not len(front):
         return
-    line = front.sort_values(x)
+    line = non_dominated(front, x, y, signs)  # the line joins the front, not every candidate
     ax.plot(line[x], line[y], color="#555", lw=0.8, ls=":", zorder=1)
     is_conf = front["trial_id"].isin(confirmed)
     ax.scatter(front.loc[is_conf, x], front.loc[is_conf, y], s=170, facecolors="none",
@@ -148,7 +166,9 @@ def pareto_plot(search: pd.DataFrame, pareto: pd.DataFrame, objectives: Sequence
         _scatter_by_status(ax, shown, quality, col)
         front = part[part["trial_id"].isin(ranks)].assign(
             front_rank=lambda f: f["trial_id"].map(ranks))
-        _ring_front(ax, front, quality, col, confirmed)
+        signs = tuple(-1.0 if modes.get(name) == "max" else 1.0
+                      for name in (objectives[0], other))
+        _ring_front(ax, front, quality, col, confirmed, signs)
         _auto_log(ax, "x", shown[quality])
         _auto_log(ax, "y", shown[col])
         if len(shown) < len(part):
