@@ -134,6 +134,19 @@ def test_quality_ranks_a_log_knob_and_leaves_out_one_held_fixed(tmp_path: Path) 
     assert open_study(tmp_path, "other")[0].study_name == "s"  # the only study there
 
 
+def test_a_config_proved_fragile_counts_once_as_unstable(tmp_path: Path) -> None:
+    """The study holds a fragile config twice: its search trial (told ok) and the
+    infeasible trial the race added at the same point (``race_of``)."""
+    study = _study(tmp_path, [(10 ** (-5 + 0.4 * i), "ok", 0.1) for i in range(4)])
+    first = study.get_trials()[2]
+    study.add_trial(optuna.trial.create_trial(
+        params=first.params, distributions=first.distributions, values=[10.0, 1.0],
+        user_attrs={"status": "fragile", "race_of": first.number},
+        system_attrs={"constraints:stability": 1.0}))
+    found = stability(study)
+    assert (found["trials"], found["stable"], found["unstable"]) == (4, 3, 1)
+
+
 def test_all_ok_and_too_few_say_why(tmp_path: Path) -> None:
     all_ok = _study(tmp_path / "all_ok", [(10 ** (-5 + 0.4 * i), "ok", 0.1 * i) for i in range(10)])
     assert stability(all_ok)["note"] == "no trial was unstable: nothing sets stable trials " \

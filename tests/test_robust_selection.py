@@ -176,9 +176,17 @@ def test_report_shows_every_seed_and_why_a_candidate_was_fragile(fragile_run, ca
     info = json.loads(capsys.readouterr().out)
     assert info["selection"]["confirmed"] == 2 and info["selection"]["fragile"] >= 1
     # fragile: a fresh seed's gap; poor: the modest base config, which held but trails
-    assert all("against seed 0's" in why or "behind the best confirmed config's" in why
-               for why in info["fragile"].values())
+    assert all("against seed 0's" in why for why in info["fragile"].values())
+    assert len(info["fragile"]) == info["selection"]["fragile"], "fragile ones only"
+    assert all("against seed 0's" in n["reason"] or "behind the best confirmed config's" in
+               n["reason"] for n in info["not_handed_over"].values())
+    assert {n["verdict"] for n in info["not_handed_over"].values()} <= \
+        {"fragile", "poor", "incomplete"}
     assert info["base"]["by_seed"], "the base config ran on the same seeds"
+    base_id = info["base"]["trial_id"]
+    if base_id in info["not_handed_over"]:  # the modest base config, named as such
+        assert f"<b>{base_id}</b> (your base config)" in \
+            (fragile_run / "report.html").read_text()
     page = (fragile_run / "report.html").read_text()
     assert "seeds.png" in page and "Candidates on fresh seeds" in page
     assert (fragile_run / "seeds.png").stat().st_size > 1000

@@ -115,3 +115,20 @@ def test_yaml_style_mapping_round_trips():
     s = RuleSettings.model_validate(raw)
     assert RuleSettings.model_validate(s.model_dump()) == s
     assert s.active_warnings() == WARNING_NAMES
+
+
+def test_a_warmup_below_1_is_a_share_of_the_steps(linreg_dir):
+    """A fractional warmup knob (a Hugging Face ``warmup_steps`` below 1, as
+    ``warmup_ratio`` was) ends at that share of ``budget.max_steps``; a count is steps."""
+    from sweeps.spec.loader import load_sweep
+    from sweeps.trial.run import trial_settings
+    from tests.conftest import edit_linreg
+
+    edit_linreg(linreg_dir, new_keys=True,
+                search_space={"warmup": {"type": "uniform", "low": 0.0, "high": 0.3}},
+                write_back={"warmup": "train.warmup"},
+                budget={"trials": 4, "max_steps": 200})
+    sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir)
+    assert trial_settings(sweep, {"warmup": 0.15}).warmup_steps == 30
+    assert trial_settings(sweep, {"warmup": 40}).warmup_steps == 40
+    assert trial_settings(sweep, {"warmup": 0.0}).warmup_steps == 0

@@ -230,6 +230,20 @@ def test_stability_and_run_of_one_sweep_keep_their_own_files(linreg_dir, ray_ses
         assert path.read_bytes() == data, f"{path} was overwritten by the run"
 
 
+@pytest.mark.slow
+def test_a_grid_point_where_the_trainer_raises_exits_1_naming_it(linreg_dir, ray_session,
+                                                                 monkeypatch, capsys):
+    """One crashed cell is an error to fix: the files are written, and the exit is 1."""
+    monkeypatch.chdir(linreg_dir)
+    edit_linreg(linreg_dir, train={"crash_above": 1.0})
+    assert main(["stability", "linreg.yaml", "--param", "lr", "--values", "0.05,5",
+                 "--seeds", "1", "--quiet", "--no-preflight"]) == 1
+    captured = capsys.readouterr()
+    assert "the trainer crashed on every seed at lr=5" in captured.err
+    table = pd.read_csv(linreg_dir / "results" / "linreg" / "stability" / "stability.csv")
+    assert dict(zip(table["lr"], table["verdict"], strict=True)) == {0.05: "stable", 5.0: "crashed"}
+
+
 @pytest.mark.parametrize(("argv", "says"), [
     (["--param", "lr", "--values", "1e-3,abc"], "--param lr: 'abc' is not a number"),
     (["--param", "lr", "--values", "1e-3", "--and", "lr=1e-2"],

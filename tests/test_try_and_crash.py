@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -106,6 +108,19 @@ def test_trainer_exception_is_a_crash_with_its_traceback(linreg_dir, fail, step)
     assert final["sweeps/status"] == "crash" and final["sweeps/final"] == 1
     assert "planted failure" in final["sweeps/traceback"]
     assert "Traceback" in final["sweeps/traceback"]
+    if fail == "raise":  # a message of several lines: its summary first, then its end
+        assert json.loads(final["sweeps/evidence"])["error"] == \
+            "RuntimeError: planted failure before any report … key: [/INST] value"
+
+
+def test_try_prints_the_traceback_of_a_crash(linreg_dir, capsys, monkeypatch):
+    monkeypatch.chdir(linreg_dir)
+    edit_linreg(linreg_dir, train={"fail": "raise_late"})
+    assert main(["try", "linreg.yaml", "--steps", "10"]) == 1
+    out = capsys.readouterr().out
+    assert "Traceback (most recent call last)" in out and "linreg_trainer.py" in out
+    assert "ValueError: planted failure at step 5" in out
+    assert out.index("Traceback") < out.index("stopped: crash at step")
 
 
 def test_classify_oom_and_compile_errors():

@@ -216,9 +216,14 @@ def cmd_stability(args: argparse.Namespace) -> int:
     for w in result.warnings:
         console.print(f"warning: {w}")
     console.print("written: " + ", ".join(str(f) for f in result.files))
-    if len(result.table) and (result.table["verdict"] == "crashed").all():
-        err_console.print("error: the trainer crashed on every grid point and seed (not an "
-                          "instability): see the tracebacks in "
+    crashed = result.table[result.table["verdict"] == "crashed"] if len(result.table) \
+        else result.table
+    if len(crashed):
+        names = [c for c in (args.param, second[0] if second else None) if c]
+        where = "every grid point" if len(crashed) == len(result.table) else "; ".join(
+            ", ".join(f"{n}={_fmt(row[n])}" for n in names) for _, row in crashed.iterrows())
+        err_console.print(f"error: the trainer crashed on every seed at {where} (an error to "
+                          "fix, not an instability): see the tracebacks in "
                           f"{sweep.output_dir / FOLDER}/*.error.txt")
         return 1
     return 0
@@ -392,8 +397,11 @@ def print_selection(outcome) -> None:
     console.print(f"Pareto front: {len(outcome.front)} trial(s); {len(chosen.candidates)} "
                   "candidate(s) judged on fresh seeds: "
                   + (", ".join(f"{n} {v}" for v, n in verdicts.items()) or "none"))
+    fixed = ", ".join(f"{k}={v}" for k, v in outcome.sweep.fixed_changes.items())
+    yours = f" (your base config{f' with {fixed}' if fixed else ''})"
     for conf in chosen.fragile:
-        console.print(f"  {conf.verdict} {conf.trial_id}: {conf.fragile_reason}")
+        own = yours if conf.trial_id == chosen.base_id else ""
+        console.print(f"  {conf.verdict} {conf.trial_id}{own}: {conf.fragile_reason}")
     console.print("steps: " + ", ".join(f"{k} {v}" for k, v in chosen.steps.items() if v))
     for note in chosen.notes:
         console.print(f"note: {note}")
@@ -402,7 +410,6 @@ def print_selection(outcome) -> None:
     console.print(f"{len(outcome.stable_paths)} {kind} stable config(s) written, best first "
                   f"(mean {metric} over fresh seeds; worst seed of every seed run, the "
                   "search's included unless it was cut short):")
-    fixed = ", ".join(f"{k}={v}" for k, v in outcome.sweep.fixed_changes.items())
     for conf, path in zip(chosen.handed_over, outcome.stable_paths, strict=False):
         mean = "-" if conf.mean is None else f"{conf.mean:.4g}"
         worst = "-" if conf.worst is None else f"{conf.worst:.4g}"

@@ -24,6 +24,7 @@ from sweeps.spec.trainer_loader import load_trainer
 from sweeps.state.atomic import write_text
 from sweeps.state.folder_lock import claim
 from sweeps.terminal import clean, echo
+from sweeps.trial.failures import error_line
 from sweeps.trial.gpu import trial_device
 from sweeps.trial.run import prepare_process, run_trainer, trial_values
 from sweeps.trial.tryout import check_knob_value, try_values
@@ -280,9 +281,8 @@ def predict_boundary(sweep: Sweep, base: dict[str, Any],
         with torch.random.fork_rng(devices=[]):
             return sharpness.from_hook(hook(config)), None
     except Exception as exc:  # noqa: BLE001 - the user's hook: the probe goes on without it
-        last = clean(str(exc).strip().splitlines()[-1][:300]) if str(exc).strip() else ""
-        return None, (f"predicted: none: {sharpness.HOOK} failed ({type(exc).__name__}: "
-                      f"{last}); the bracket starts at the base config's value")
+        return None, (f"predicted: none: {sharpness.HOOK} failed ({clean(error_line(exc))}); "
+                      "the bracket starts at the base config's value")
 
 
 def _probe_run(sweep: Sweep, config: dict[str, Any], max_steps: int | None = None, *,

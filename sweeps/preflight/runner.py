@@ -38,7 +38,7 @@ def _representative(sweep: Sweep) -> list[dict[str, Any]]:
     if isinstance(lr, (LogUniform, Uniform)):
         out = [{**values, "lr": v} for v in (lr.low, values["lr"], lr.high)]
     warmup = sweep.space.get("warmup")
-    if isinstance(warmup, IntRange):
+    if isinstance(warmup, (IntRange, Uniform, LogUniform)):  # steps, or a share of them
         out = [{**v, "warmup": w} for v in out for w in (warmup.low, warmup.high)]
     return out
 

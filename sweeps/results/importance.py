@@ -108,10 +108,14 @@ def quality(study: optuna.Study, metric: str) -> dict[str, Any]:
 def stability(study: optuna.Study) -> dict[str, Any]:
     """Importance for the stable/unstable outcome: the ``stability`` constraint of every
     trial that finished (ok, unstable, crashed, pruned; a pruned trial the rules diagnosed
-    counts as unstable, as the sampler was told)."""
+    counts as unstable, as the sampler was told). A config that proved fragile on a fresh
+    seed counts once, as unstable: the study holds it twice (its search trial, told
+    before the fresh seed, and the infeasible trial added at the same point)."""
     done = [t for t in study.get_trials(deepcopy=False,
                                         states=(TrialState.COMPLETE, TrialState.PRUNED))
             if CONSTRAINT in t.constraints]
+    retold = {t.user_attrs["race_of"] for t in done if "race_of" in t.user_attrs}
+    done = [t for t in done if t.number not in retold]
     bad = [float(t.constraints[CONSTRAINT] > 0) for t in done]
     stable, unstable = len(bad) - int(sum(bad)), int(sum(bad))
     out: dict[str, Any] = {"trials": len(done), "stable": stable, "unstable": unstable,

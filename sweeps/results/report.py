@@ -27,7 +27,7 @@ from sweeps.results.folder_data import (
     read_csv,
     taxonomy,
 )
-from sweeps.results.summary import compile_fallbacks, summary_of
+from sweeps.results.summary import base_trial_id, compile_fallbacks, summary_of
 from sweeps.state.atomic import write_text
 
 CSS = """
@@ -177,7 +177,10 @@ def _fragile_html(res: Results) -> str:
             if r.get(SELECTION) in ("fragile", "incomplete", "poor")]
     if not rows:
         return ""
-    items = "".join(f"<li><b>{e(str(r['trial_id']))}</b> ({e(str(r['selection']))}): "
+    base = base_trial_id(res)
+    items = "".join(f"<li><b>{e(str(r['trial_id']))}</b>"
+                    f"{' (your base config)' if str(r['trial_id']) == base else ''} "
+                    f"({e(str(r['selection']))}): "
                     f"{e(str(r.get(SELECTION_REASON) or ''))}</li>" for r in rows)
     return f"<p>Not handed over:</p><ul>{items}</ul>"
 

@@ -434,7 +434,10 @@ def quality_note(rows: list[Cell], quality: Quality | None) -> str:
         return "quality: the sweep has no objective metric"
     best = best_quality(rows, quality)
     if best is None:
-        return f"quality: no stable run reported {quality.metric}"
+        if any(c.verdict() == "stable" for c in rows):
+            return f"quality: no stable cell reported {quality.metric}"
+        return (f"quality: {quality.metric}, the mean over a cell's stable seeds; no cell is "
+                "'stable' (learning, no seed failed), so there is no best to measure gaps from")
     return (f"quality: {quality.metric} ({quality.mode}; its last value per run; mean, min and "
             f"max over the stable seeds); best stable: {label(best.key)} with "
             f"{best.mean_quality(quality):.4g}; quality_gap = share worse than that"

@@ -55,7 +55,11 @@ def summary_of(res: Results) -> dict[str, Any]:
             SELECTION, pd.Series(dtype=str)).value_counts().items()},
         "fragile": {str(r["trial_id"]): str(r.get(SELECTION_REASON) or "")
                     for r in res.pareto.to_dict(orient="records")
-                    if r.get(SELECTION) in ("fragile", "incomplete", "poor")},
+                    if r.get(SELECTION) == "fragile"},
+        "not_handed_over": {str(r["trial_id"]): {"verdict": str(r.get(SELECTION)),
+                                                 "reason": str(r.get(SELECTION_REASON) or "")}
+                            for r in res.pareto.to_dict(orient="records")
+                            if r.get(SELECTION) in ("fragile", "incomplete", "poor")},
         "base": base_summary(res),
         "compile_fallbacks": compile_fallbacks(res.trials),
         "importance": importance(res.folder, res.name, res.objectives, res.search, res.space),
@@ -101,24 +105,32 @@ def seed_values(frame: pd.DataFrame, metric: str) -> dict[int, str]:
             if c.startswith(prefix) and c[len(prefix):].isdigit()}
 
 
+def base_trial_id(res: Results) -> str | None:
+    """The search trial that ran the base config's own values, if one did."""
+    if BASE_CONFIG not in res.trials:
+        return None
+    marked = res.trials[res.trials[BASE_CONFIG].astype(str) == "True"]
+    return str(marked.iloc[0]["trial_id"]) if len(marked) else None
+
+
 def base_summary(res: Results) -> dict[str, Any] | None:
-    """The base config's reference runs: quality by seed and the fresh-seed mean."""
+    """The base config's reference runs: quality by seed, the fresh-seed mean and, when
+    it was a search trial, its ``trial_id``."""
     if not res.objectives:
         return None
     col = objective_column(res.objectives[0])
     runs = res.trials[res.trials["role"] == "base"]
-    if not len(runs) and BASE_CONFIG in res.trials:  # the base config was a search trial
-        marked = res.trials[res.trials[BASE_CONFIG].astype(str) == "True"]
-        if len(marked):
-            trial_id = str(marked.iloc[0]["trial_id"])
-            runs = res.trials[(res.trials["trial_id"] == trial_id)
-                              | (res.trials["role"] == confirm_role(trial_id))]
+    trial_id = base_trial_id(res)
+    if not len(runs) and trial_id is not None:  # the base config was a search trial
+        runs = res.trials[(res.trials["trial_id"] == trial_id)
+                          | (res.trials["role"] == confirm_role(trial_id))]
     if not len(runs) or col not in runs:
         return None
     by_seed = {int(r["seed"]): plain_value(r[col]) if r["status"] == OK else r["status"]
                for r in runs.to_dict(orient="records")}
     fresh = [v for s, v in by_seed.items() if s != res.seed and isinstance(v, (int, float))]
-    return {"by_seed": by_seed, "mean": sum(fresh) / len(fresh) if fresh else None}
+    return {"by_seed": by_seed, "mean": sum(fresh) / len(fresh) if fresh else None,
+            "trial_id": trial_id}
 
 
 

@@ -185,3 +185,20 @@ def contains(knob: _Knob, value: Any) -> bool:
         return bool(dist._contains(dist.to_internal_repr(value)))
     except ValueError:  # e.g. 0 on a log scale: Optuna refuses to represent it
         return False
+
+
+def warmup_steps(value: Any, max_steps: int) -> int | None:
+    """The warmup knob's value in steps: a fraction below 1 is a share of ``max_steps``
+    (Hugging Face's ``warmup_steps`` reads it so, like ``warmup_ratio``), else a count;
+    None for no number.
+
+    Example:
+        >>> warmup_steps(20, 300), warmup_steps(0.15, 300), warmup_steps(0, 300)
+        (20, 45, 0)
+    """
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0 \
+            or not math.isfinite(value):
+        return None
+    if isinstance(value, float) and 0 < value < 1:
+        return int(math.ceil(value * max_steps))
+    return int(value)

@@ -42,6 +42,23 @@ def classify(exc: BaseException) -> str:
     return "crash"
 
 
+def error_line(exc: BaseException, limit: int = 300) -> str:
+    """``Type: message`` on one line: the message's first line (its summary), and its last
+    after `` … `` when it has more (a wrapped error ends with the one it wraps).
+
+    Example:
+        >>> error_line(RuntimeError("bad dropout config: 0.4\\n---\\nkey: value"))
+        'RuntimeError: bad dropout config: 0.4 … key: value'
+        >>> error_line(KeyError("lr"))
+        "KeyError: 'lr'"
+    """
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    if len(lines) > 1 and lines[-1] != lines[0]:
+        text = f"{text[:limit // 2]} … {lines[-1]}"
+    return f"{type(exc).__name__}: {text[:limit]}" if text else type(exc).__name__
+
+
 def format_exception(exc: BaseException, limit: int = 20_000) -> str:
     """The full traceback, trimmed from the front to ``limit`` characters."""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))

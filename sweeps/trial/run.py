@@ -25,7 +25,7 @@ from sweeps.protocol import (
 from sweeps.rules.settings import RuleSettings
 from sweeps.rules.verdict import Verdict
 from sweeps.spec.loader import Sweep
-from sweeps.spec.space import fixed_values
+from sweeps.spec.space import fixed_values, warmup_steps
 from sweeps.spec.trainer_loader import add_search_paths, load_trainer
 from sweeps.state.layout import INDUCTOR_CACHE
 from sweeps.trial import gpu
@@ -33,6 +33,7 @@ from sweeps.trial.compile import compile_evidence, reset_compiler
 from sweeps.trial.failures import (
     TrainerExit,
     classify,
+    error_line,
     exit_verdict,
     format_exception,
     process_exit_raises,
@@ -70,7 +71,8 @@ def trial_settings(sweep: Sweep, values: dict[str, Any],
     """Rule settings for one trial, from its knob values (``trial_values``: the lr
     already times the LR probe's scale).
 
-    The warmup knob says when warmup ends: lr_anomaly does not judge a zero LR during
+    The warmup knob (steps, or a share of them below 1: :func:`~sweeps.spec.space.warmup_steps`)
+    says when warmup ends: lr_anomaly does not judge a zero LR during
     warmup, and collapse does not judge predictions before warmup has ended (a model may
     start collapsed and recover). The lr knob is the ``sampled_lr`` lr_anomaly's
     climbs_past_lr compares the optimizer's LR with. ``flat_patience`` (a fresh-seed
@@ -78,8 +80,8 @@ def trial_settings(sweep: Sweep, values: dict[str, Any],
     """
     rules = sweep.spec.rules
     update: dict[str, Any] = {}
-    if "warmup" in values and values["warmup"] is not None:
-        warmup = int(values["warmup"])
+    warmup = warmup_steps(values.get("warmup"), sweep.spec.budget.max_steps)
+    if warmup is not None:
         update.update(warmup_steps=warmup,
                       collapse_min_step=max(rules.collapse_min_step, warmup))
     lr = values.get("lr")
@@ -158,8 +160,7 @@ def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink,
             raise  # Ray Tune ending a trial it stopped, from inside report
         return _crashed(reporter, sink, exit_verdict(exc, _last_step(reporter)))
     except Exception as exc:  # noqa: BLE001 - every trainer error becomes a trial outcome
-        last = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ""
-        reason, error = classify(exc), f"{type(exc).__name__}: {last}"
+        reason, error = classify(exc), error_line(exc)
         verdict = Verdict(reason, _last_step(reporter),
                           {"error": gpu.with_peak(error) if reason == "oom" else error})
         return _crashed(reporter, sink, verdict, format_exception(exc))

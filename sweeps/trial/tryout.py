@@ -9,7 +9,14 @@ from typing import Any
 from rich.console import Console
 
 from sweeps.errors import SpecError
-from sweeps.protocol import COMPILE_KEY, FINAL_KEY, REASON_KEY, RESULT_PREFIX, SEED_KEY
+from sweeps.protocol import (
+    COMPILE_KEY,
+    FINAL_KEY,
+    REASON_KEY,
+    RESULT_PREFIX,
+    SEED_KEY,
+    TRACEBACK_KEY,
+)
 from sweeps.spec.config_paths import get_path, leaf_paths
 from sweeps.spec.loader import Sweep
 from sweeps.spec.space import Categorical, Fixed, IntRange, LogUniform, Uniform, central_value
@@ -124,10 +131,13 @@ def try_trial(sweep: Sweep, sets: dict[str, Any], *, steps: int | None = None,
     prepare_process(sweep, int(sweep.spec.resources.cpu), shared_cache=False)
 
     evidence: dict[str, Any] = {}
+    tracebacks: list[str] = []
 
     def sink(result: dict[str, Any]) -> None:
         if result.get(COMPILE_KEY):
             evidence.update(json.loads(result[COMPILE_KEY]))
+        if result.get(TRACEBACK_KEY):
+            tracebacks.append(str(result[TRACEBACK_KEY]))
         if result.get(FINAL_KEY):
             return
         step = result.get("step", 0)
@@ -149,6 +159,8 @@ def try_trial(sweep: Sweep, sets: dict[str, Any], *, steps: int | None = None,
         console.print(compile_line(values.get("compile"), evidence))
     for warning in reporter.warnings:
         console.print(flagged("warning", f" at step {warning['step']}: {warning['warning']}"))
+    for text in tracebacks:  # the trainer raised: where, as Python tells it
+        console.print(text.rstrip())
     if reporter.verdict is None:
         console.print(f"no rule fired over {len(reporter.history)} reports: stable")
     else:

@@ -10,6 +10,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 
 from sweeps.protocol import RUN_KEY
 from sweeps.record.book import TrialBook
+from sweeps.spec.space import warmup_steps
 from sweeps.tune import compat
 
 
@@ -93,8 +94,7 @@ class WatchedASHA(HangWatch, ASHAScheduler):
     def own_grace(self, trial: Trial) -> int:
         """The step from which ASHA judges ``trial``: its warmup plus the grace period."""
         warmup = (getattr(trial, "config", None) or {}).get("warmup")
-        extra = int(warmup) if isinstance(warmup, (int, float)) and warmup > 0 else 0
-        return self._grace + extra
+        return self._grace + (warmup_steps(warmup, self._last or 0) or 0)
 
     def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
         if not is_rerun(trial):

@@ -35,7 +35,9 @@ def train(config, report):
     torch.manual_seed(int(run.get("seed", 0)))
     steps = int(run.get("max_steps", t["steps"]))
     if t.get("fail") == "raise":
-        raise RuntimeError("planted failure before any report")
+        raise RuntimeError("planted failure before any report\n---\nkey: [/INST] value")
+    if float(t["lr"]) > float(t.get("crash_above", "inf")):
+        raise RuntimeError(f"planted failure: lr {t['lr']} above crash_above")
     if t.get("fail") == "silent":
         return  # a trainer that never reports
     gen = torch.Generator().manual_seed(123)
