@@ -45,6 +45,7 @@ def test_a_hydra_base_config_is_composed_by_hydra(tmp_path: Path) -> None:
     with pytest.raises(SpecError) as caught:
         load_sweep(folder / "linreg.yaml", workdir=folder, import_trainer=False)
     assert caught.value.key == "base_config" and "Hydra could not compose" in str(caught.value)
+    assert "(available options in 'train': " in str(caught.value), "Hydra's own list kept"
 
 
 def test_override_lists_quote_what_hydra_would_misread() -> None:

@@ -134,3 +134,28 @@ def test_clip_before_measure_is_reported_and_the_right_order_is_not():
     assert wrong["clipped_before_measure"] == 1.0
     assert wrong["grad_norm"] == pytest.approx(0.01, rel=1e-3), "the clipped norm it measured"
     assert "clipped_before_measure" not in step(clip_first=False)
+
+
+def test_a_step_the_grad_scaler_skips_is_no_clip_before_measure():
+    """``GradScaler.step`` skips ``optimizer.step()`` when the unscaled gradients hold inf:
+    the clip of that step ran, no step followed, and the next measure is still in order."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 127)  # overflows at first
+    monitor = Monitor(model, opt, grad_clip=1.0)
+    x, y = torch.randn(8, 4), torch.randn(8, 1)
+    flags, skipped = [], []
+    for _ in range(3):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        metrics = monitor.measure(loss)
+        flags.append(metrics.get("clipped_before_measure", 0.0))
+        skipped.append(not math.isfinite(metrics["grad_norm"]))
+        monitor.clip()
+        scaler.step(opt)
+        scaler.update()
+    assert skipped[0], "the first step overflowed and was skipped"
+    assert flags == [0.0, 0.0, 0.0]

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from sweeps.rules import evaluate
-from sweeps.rules.non_finite import check
+from sweeps.rules.non_finite import SCALER_HINT, check
 from sweeps.rules.settings import RuleSettings
 
 NAN, INF = math.nan, math.inf
@@ -26,14 +26,24 @@ def test_fires_on_a_non_finite_metric(key, value, shown):
     history = healthy(5) + [{"step": 5, "loss": 1.9, "grad_norm": 1.0, key: value}]
     verdict = check(history, S)
     assert verdict is not None and verdict.reason == "non_finite" and verdict.step == 5
-    assert verdict.evidence == {"metric": key, "value": shown}
+    hint = {"hint": SCALER_HINT} if key == "grad_norm" else {}  # the loss is finite
+    assert verdict.evidence == {"metric": key, "value": shown, **hint}
 
 
 def test_fires_on_nonfinite_grad_elements_even_with_a_finite_norm():
     history = healthy(3) + [{"step": 3, "loss": 1.0, "grad_norm": 2.0, "nonfinite_grads": 3}]
-    assert check(history, S).evidence == {"metric": "nonfinite_grads", "value": 3}
+    assert check(history, S).evidence == {"metric": "nonfinite_grads", "value": 3,
+                                          "hint": SCALER_HINT}
     history[-1]["nonfinite_grads"] = 0
     assert check(history, S) is None
+
+
+def test_a_non_finite_gradient_beside_a_nan_loss_gets_no_scaler_hint():
+    """Only a finite loss beside a non-finite gradient looks like a GradScaler's skip."""
+    history = healthy(3) + [{"step": 3, "loss": NAN, "grad_norm": INF}]
+    assert "hint" not in check(history, S).evidence
+    history[-1] = {"step": 3, "grad_norm": INF}  # no loss reported: nothing to tell by
+    assert "hint" not in check(history, S).evidence
 
 
 def test_allow_nonfinite_grads_still_fails_a_nan_loss():

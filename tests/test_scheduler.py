@@ -74,3 +74,36 @@ def test_no_cut_while_the_reported_lr_rises_nor_at_the_last_step(linreg_dir):
     assert at_rung("decaying", (0.051, 0.05)) == TrialScheduler.STOP
     last = {"step": 300, "val_loss": 0.9}  # max_t
     assert asha.on_trial_result(None, trials["last"], last) == TrialScheduler.CONTINUE
+
+
+def test_a_resumed_sweep_rebuilds_the_rungs_from_its_trials(linreg_dir):
+    """Ray Tune keeps no scheduler state: after ``sweeps resume`` ASHA starts with empty
+    rungs and cut none of the trials still to run. The rungs are rebuilt from the book, as
+    the uninterrupted sweep recorded them, so the next trial is cut as it would have been."""
+    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir))
+    live = _asha(book)
+    trials = {t: SimpleNamespace(trial_id=t, config={}) for t in ("a", "b", "nan")}
+    for trial_id, loss in (("a", 0.5), ("b", 0.4)):
+        live.on_trial_add(None, trials[trial_id])
+        for step in range(1, 301):
+            result = {"step": step, "val_loss": loss + 1.0 / step}
+            book.record(trial_id, {**result, "config": {"lr": 0.1}})
+            live.on_trial_result(None, trials[trial_id], result)
+        book.record(trial_id, {"step": 300, "val_loss": loss + 1 / 300, "config": {"lr": 0.1},
+                               "sweeps/status": "ok", "sweeps/final": 1})
+        live.on_trial_complete(None, trials[trial_id], {"step": 300, "val_loss": loss})
+    live.on_trial_add(None, trials["nan"])
+    _unstable(book, "nan", 5)
+    live.on_trial_complete(None, trials["nan"], {"step": 5})
+    resumed = _asha(book)  # a new scheduler, as Tuner.restore makes, told of every trial
+    for trial in trials.values():
+        resumed.on_trial_add(None, trial)
+    for asha in (live, resumed):  # one bracket: a new trial's rungs are every trial's
+        asha.on_trial_add(None, SimpleNamespace(trial_id="view", config={}))
+    rungs = [(m, dict(r)) for m, r in compat.asha_rungs(live, "view")]
+    assert [(m, dict(r)) for m, r in compat.asha_rungs(resumed, "view")] == rungs
+    assert {"a", "b", "nan"} <= set(dict(rungs)[75]), "every trial counted at the first rung"
+    late = SimpleNamespace(trial_id="late", config={})
+    resumed.on_trial_add(None, late)
+    assert resumed.on_trial_result(None, late, {"step": 75, "val_loss": 0.9}) == \
+        TrialScheduler.STOP, "behind the top third of the rung, as before the resume"

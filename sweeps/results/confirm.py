@@ -43,6 +43,7 @@ from typing import Any, ClassVar
 
 from sweeps.protocol import BASE as BASE_ROLE
 from sweeps.protocol import (
+    CRASH,
     FAILED,
     FLAT_PATIENCE_KEY,
     LR_SCALE_KEY,
@@ -106,6 +107,9 @@ class Confirmation:
     require_margin: bool = False
     #: (its mean, the base config's) on the fresh seeds both ran, when it is worse there.
     behind_base: tuple[float, float] | None = None
+    #: Re-runs that crashed before their first step (the worker could not run them: an
+    #: import, a path, a node lost), as ``seed N: error``: no evidence either way.
+    never_ran: list[str] = field(default_factory=list)
     #: Whether it is a search trial (its ``search`` run is on the search seed).
     searched: ClassVar[bool] = True
 
@@ -211,7 +215,8 @@ class Confirmation:
         if spread is not None and spread > self.tolerance:
             return "fragile", self._gap_text(spread) + cut
         if done < planned:
-            return "incomplete", f"only {done} of {planned} confirmation runs recorded"
+            never = f"; never ran: {'; '.join(self.never_ran)}" if self.never_ran else ""
+            return "incomplete", f"only {done} of {planned} confirmation runs recorded{never}"
         unreported = [r.seed for r in [self.search, *self.runs] if r.quality is None]
         if unreported:
             return "incomplete", f"no {self.quality.metric} reported on seed(s) {unreported}"
@@ -531,6 +536,12 @@ def plan_base(sweep: Sweep, book: TrialBook) -> list[dict[str, Any]]:
             for seed in fresh_seeds(sweep) if seed not in done]
 
 
+def never_ran(run: TrialRecord) -> bool:
+    """A re-run that crashed before its first step: the worker could not run the trainer
+    (an import, a path, a lost node), which says nothing of the config on that seed."""
+    return run.status == CRASH and not run.stop_step and run.last_step == 0
+
+
 def judge(sweep: Sweep, book: TrialBook, rec: TrialRecord, on_front: bool) -> Confirmation:
     """The confirmation of one candidate, from the re-runs recorded in ``book``."""
     quality = sweep.objectives[0]
@@ -541,7 +552,12 @@ def judge(sweep: Sweep, book: TrialBook, rec: TrialRecord, on_front: bool) -> Co
                         baseline=sweep.quality_baseline,
                         require_margin=sweep.spec.confirm.require_margin)
     for run in book.trials.values():
-        if run.role == confirm_role(rec.trial_id) and run.finished:
+        if run.role in (confirm_role(rec.trial_id), probe_role(rec.trial_id)) and \
+                run.finished and never_ran(run):
+            error = str(run.evidence.get("error") or run.reason or "")[:200]
+            kind = "LR probe" if run.role == probe_role(rec.trial_id) else "seed"
+            conf.never_ran.append(f"{kind} {run.seed}: {error}")
+        elif run.role == confirm_role(rec.trial_id) and run.finished:
             conf.runs.append(SeedRun.of(run, quality.metric))
         elif run.role == probe_role(rec.trial_id) and run.finished:
             conf.probe = SeedRun.of(run, quality.metric)

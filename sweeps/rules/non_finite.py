@@ -35,13 +35,27 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
     for key in keys:
         value = num(report, key)
         if value is not None and not math.isfinite(value):
-            return _verdict(history, {"metric": key, "value": str(value)})
+            return _verdict(history, {"metric": key, "value": str(value),
+                                      **(_scaler_hint(report) if key in GRAD_KEYS else {})})
     if not settings.allow_nonfinite_grads:
         count = num(report, "nonfinite_grads")
         if count is not None and count > 0:
             shown = int(count) if math.isfinite(count) else str(count)
-            return _verdict(history, {"metric": "nonfinite_grads", "value": shown})
+            return _verdict(history, {"metric": "nonfinite_grads", "value": shown,
+                                      **_scaler_hint(report)})
     return None
+
+
+#: Said beside a non-finite gradient whose loss is finite.
+SCALER_HINT = ("the loss is finite: if a GradScaler (fp16) skipped this step, set "
+               "rules.allow_nonfinite_grads: true")
+
+
+def _scaler_hint(report: Mapping[str, Any]) -> dict[str, str]:
+    """A non-finite gradient beside a finite loss is what a GradScaler's skipped step
+    looks like (its scale was too high; it lowers it and goes on): say how to allow it."""
+    loss = num(report, "loss")
+    return {"hint": SCALER_HINT} if loss is not None and math.isfinite(loss) else {}
 
 
 def _verdict(history: Sequence[Mapping[str, Any]], evidence: dict[str, Any]) -> Verdict:

@@ -53,12 +53,34 @@ def compose(path: Path) -> dict[str, Any]:
             cfg = hydra_compose(config_name=path.stem)
     except Exception as exc:  # Hydra's MissingConfigException, ConfigCompositionException…
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise SpecError("base_config", f"Hydra could not compose {path}: {first[:300]}",
+        options = available_options(str(exc))
+        raise SpecError("base_config", f"Hydra could not compose {path}: {first[:300]}"
+                        + (f" ({options})" if options else ""),
                         "fix the defaults list or the config group it names (`python "
                         "train.py --cfg job` shows what Hydra composes)") from None
     data = OmegaConf.to_container(cfg, resolve=False)
     assert isinstance(data, dict)
     return data
+
+
+def available_options(message: str) -> str:
+    """Hydra's list of a config group's options in an error message, on one line.
+
+    Example:
+        >>> available_options("Could not find 'model/tiny'\\n\\nAvailable options in "
+        ...                   "'model':\\n\\tsmall\\n\\twide\\nConfig search path:")
+        "available options in 'model': small, wide"
+    """
+    lines = message.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("Available options in"):
+            names = []
+            for option in lines[i + 1:]:
+                if not option.startswith(("\t", " ")) or not option.strip():
+                    break
+                names.append(option.strip())
+            return f"{line.rstrip(':')[0].lower()}{line.rstrip(':')[1:]}: {', '.join(names)}"
+    return ""
 
 
 def override_value(value: Any) -> str:

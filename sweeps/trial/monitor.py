@@ -80,8 +80,10 @@ class Monitor:
         norm before clipping, or None when it did not clip."""
         if self._grad_clip is None:
             return None
-        self._clip_unstepped = self._hooked
-        return float(torch.nn.utils.clip_grad_norm_(self._params, self._grad_clip))
+        norm = float(torch.nn.utils.clip_grad_norm_(self._params, self._grad_clip))
+        # a GradScaler skips optimizer.step() when the gradients hold inf/NaN: no step is due
+        self._clip_unstepped = self._hooked and math.isfinite(norm)
+        return norm
 
     def _before_step(self, *_: object) -> None:
         """Optimizer step pre-hook: were the gradients measured non-zero all zeroed since?"""

@@ -163,7 +163,7 @@ def try_trial(sweep: Sweep, sets: dict[str, Any], *, steps: int | None = None,
         console.print(text.rstrip())
     if reporter.verdict is None:
         console.print(f"no rule fired over {len(reporter.history)} reports: stable")
-    else:
+    elif reporter.verdict.reason != "bad_metric":  # the caller's error names the metric
         console.print(flagged("stopped", f": {reporter.verdict.summary()}"))
     return reporter
 

@@ -9,6 +9,7 @@ terminal (CI logs, files): just those lines, each followed by the tally.
 from __future__ import annotations
 
 import math
+import textwrap
 import time
 from collections import Counter
 from typing import Any
@@ -156,9 +157,10 @@ class ProgressLines(Callback):
         if rec.diagnosis:
             what += f" · {rec.diagnosis_text()}"
         if rec.status == CRASH and rec.evidence.get("error"):
-            what += f": {str(rec.evidence['error'])[:160]}"
+            what += f": {textwrap.shorten(str(rec.evidence['error']), 200, placeholder=' …')}"
         if rec.compile_fallback:
-            what += f" · RAN EAGERLY: {rec.compile_fallback[:120]}"
+            eager = textwrap.shorten(rec.compile_fallback, 120, placeholder=" …")
+            what += f" · RAN EAGERLY: {eager}"
         if not counted:
             return f"{rec.trial_id} {what}"
         count = f"{self.done}/{self.total}" if self.total is not None else self.count()

@@ -99,6 +99,26 @@ class WatchedASHA(HangWatch, ASHAScheduler):
     def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
         if not is_rerun(trial):
             super().on_trial_add(tune_controller, trial)
+            self._replay(trial)
+
+    def _replay(self, trial: Trial) -> None:
+        """Record at the rungs what the book holds of ``trial`` (a resumed sweep: Ray Tune
+        keeps no scheduler state, and ASHA with empty rungs cuts none of the trials still
+        to run): each report ASHA would have judged, in order, and a failed trial's worst
+        value at the next rung, as :meth:`on_trial_result` and :meth:`on_trial_complete`
+        record them while the sweep runs."""
+        rec = self._book.trials.get(trial.trial_id)
+        if rec is None or not rec.history:
+            return
+        grace = self.own_grace(trial)
+        for entry in rec.history:
+            step, value = entry.get("step"), entry.get(self._metric)
+            if not isinstance(step, (int, float)) or not isinstance(value, (int, float)) \
+                    or step < grace or (self._last is not None and step >= self._last) \
+                    or self.lr_rising(trial, step, entry):
+                continue
+            super().on_trial_result(None, trial, {self._time_attr: step, self._metric: value})
+        self._record_failed(trial)
 
     def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict) -> str:
         step = result.get("step")
@@ -130,6 +150,12 @@ class WatchedASHA(HangWatch, ASHAScheduler):
     def on_trial_complete(self, tune_controller: Any, trial: Trial, result: dict) -> None:
         if is_rerun(trial):
             return
+        self._record_failed(trial)
+        super().on_trial_complete(tune_controller, trial, result)
+
+    def _record_failed(self, trial: Trial) -> None:
+        """A trial the rules stopped (or that crashed): the worst value at the next rung
+        after its last step."""
         rec = self._book.trials.get(trial.trial_id)
         rungs = compat.asha_rungs(self, trial.trial_id)
         if rec is not None and rec.failed and rungs is not None:
@@ -137,4 +163,3 @@ class WatchedASHA(HangWatch, ASHAScheduler):
                      if milestone > rec.last_step and trial.trial_id not in recorded]
             if ahead:  # rungs are in descending order: the last one is the next rung
                 ahead[-1][1][trial.trial_id] = _FAILED_AT_RUNG
-        super().on_trial_complete(tune_controller, trial, result)

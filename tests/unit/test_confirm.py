@@ -336,3 +336,19 @@ def test_a_knob_fixed_unlike_the_base_config_is_said(tmp_path) -> None:
     assert sweep.fixed_changes == {"lr": 0.05}
     assert any("fixes lr=0.05, unlike your base config" in note for note in sweep.notes)
     assert load_linreg(tmp_path / "same", search_space={"lr": 0.1}).fixed_changes == {}
+
+
+def test_a_rerun_that_never_ran_is_no_verdict_on_the_config(tmp_path: Path) -> None:
+    """A fresh seed whose worker crashed before the trainer's first step (an import that
+    failed on the node) says nothing of the config: incomplete, not fragile."""
+    sweep = _sweep(tmp_path)
+    cand = rec("c", val_loss=0.10)
+    lost = _rerun("c", 2, None, status="crash", reason="crash", stop_step=0,
+                  evidence={"error": "AttributeError: module 'sweeps' has no attribute "
+                                     "'Monitor'"})
+    conf = _judged(sweep, cand, _rerun("c", 1, 0.1), lost)
+    assert conf.verdict == "incomplete" and conf.seeds == [1]
+    assert "never ran: seed 2: AttributeError: module 'sweeps'" in conf.fragile_reason
+    late = _rerun("c", 2, None, status="crash", reason="crash", stop_step=4)
+    assert _judged(sweep, cand, _rerun("c", 1, 0.1), late).verdict == "fragile", \
+        "a crash after the trainer ran is the config's"
