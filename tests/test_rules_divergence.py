@@ -189,3 +189,36 @@ def test_a_climb_that_gives_back_half_the_gain_over_guessing_is_divergence():
     guessed = first_firing(losses(values), RuleSettings(baseline_loss=math.pi / 2))
     assert plain is not None and guessed is not None
     assert plain.step < guessed.step <= plain.step + 30  # 137 and 164: loss 0.41, 0.90
+
+
+def _sgdr(climbs_on: bool) -> list[dict]:
+    """CosineAnnealingWarmRestarts with T_0 50 at a high peak LR: the loss learnt to 0.17,
+    jumps back to the random guess (1.6) after the restart at step 51, and learns again
+    (or, ``climbs_on``, climbs and keeps climbing)."""
+    history = []
+    for t in range(1, 201):
+        lr = 44 * (1 + math.cos(math.pi * ((t - 1) % 50) / 50))
+        k = t - 50
+        if t <= 50:
+            loss = 0.17 + 1.4 * math.exp(-t / 8)
+        elif climbs_on:
+            loss = 0.17 * 1.06 ** k
+        else:
+            loss = 0.17 + 1.45 * k / 5 if k <= 5 else 0.15 + 1.45 * math.exp(-(k - 5) / 25)
+        history.append({"step": t, "lr": lr, "loss": loss})
+    return history
+
+
+def _first_stop(history: list[dict], settings: RuleSettings) -> int | None:
+    return next((h["step"] for i, h in enumerate(history) if check(history[: i + 1], settings)),
+                None)
+
+
+def test_the_bump_after_an_intended_warm_restart_is_not_divergence():
+    """With ``allow_lr_restarts`` the climb a restart brings is not judged until a whole
+    window lies past the restart; a climb that goes on is still stopped."""
+    plain = RuleSettings(baseline_loss=1.571)
+    allowed = plain.model_copy(update={"allow_lr_restarts": True})
+    assert _first_stop(_sgdr(climbs_on=False), plain) == 65, "without the opt-in: stopped"
+    assert _first_stop(_sgdr(climbs_on=False), allowed) is None
+    assert _first_stop(_sgdr(climbs_on=True), allowed) == 91

@@ -51,6 +51,7 @@ def test_warm_restarts_fire_at_the_jump():
     verdict = first_firing(lrs(values))
     assert verdict.step == 150
     assert verdict.evidence["kind"] == "warm_restart"
+    assert "rules.allow_lr_restarts: true" in verdict.evidence["hint"], "the fix, for sweeps try"
     assert verdict.evidence["ratio"] > 10
     assert first_firing(lrs(values), RuleSettings(allow_lr_restarts=True)) is None
 

@@ -54,6 +54,9 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
       smoothed loss's noise (estimated from successive differences in the window), so
       a very noisy loss is not read as a climb.
 
+    With ``allow_lr_restarts``, no climb is judged within ``smoothing +
+    divergence_patience`` reports after the LR rose past warmup (:func:`restarted_lately`).
+
     The newest report must carry a finite ``loss``; NaN losses are skipped.
 
     Example:
@@ -68,6 +71,8 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
     exploded = _explosion(history, newest, settings)
     if exploded is not None:
         return exploded
+    if settings.allow_lr_restarts and restarted_lately(history, settings):
+        return None  # the bump an intended restart brings; a climb that goes on is judged
     first = max(0, n - settings.window)
     span, patience = _windows(len(newest_finite(history, "loss", first, n)), settings)
     if span == 0:
@@ -97,6 +102,26 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
         "patience": patience,
     }
     return Verdict("divergence", newest_step(history), evidence)
+
+
+def restarted_lately(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> bool:
+    """Whether the reported LR rose after warmup within the newest ``smoothing +
+    divergence_patience`` reports: with ``allow_lr_restarts`` (a warm-restart or cyclic
+    schedule) the loss may climb for a while after it, and a climb is judged only once a
+    whole window lies past the restart.
+
+    Example:
+        >>> lrs = [0.1 * (1 - t / 50) for t in range(50)] + [0.1] * 5
+        >>> h = [{"step": t + 1, "lr": lr, "loss": 1.0} for t, lr in enumerate(lrs)]
+        >>> restarted_lately(h, RuleSettings()), restarted_lately(h[:50], RuleSettings())
+        (True, False)
+    """
+    reach = settings.smoothing + settings.divergence_patience
+    lrs = [(step, lr) for report in history[-(reach + 1):]
+           if (step := finite_num(report, "step")) is not None
+           and (lr := finite_num(report, "lr")) is not None]
+    return any(b > a * (1 + 1e-9) and step > settings.warmup_steps
+               for (_, a), (step, b) in zip(lrs[:-1], lrs[1:], strict=False))
 
 
 def _windows(available: int, settings: RuleSettings) -> tuple[int, int]:

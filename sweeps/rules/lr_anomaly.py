@@ -119,7 +119,13 @@ def _restart(
     evidence.update(peak_lr=peak, factor=settings.lr_restart_factor)
     if lowest > 0:
         evidence["ratio"] = lr / lowest
+    evidence["hint"] = RESTART_HINT
     return _verdict(now, evidence)
+
+
+#: Said with a warm_restart stop: the fix when the schedule restarts on purpose.
+RESTART_HINT = ("if the schedule restarts on purpose (CosineAnnealingWarmRestarts, CyclicLR), "
+                "set rules.allow_lr_restarts: true")
 
 
 def _climb(

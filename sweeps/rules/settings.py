@@ -182,7 +182,9 @@ class RuleSettings(BaseModel):
     )
     allow_lr_restarts: bool = Field(
         False, description="Accept LR rises after warmup: warm restarts, cyclic schedules, "
-        "an LR climbing past the sampled one (skips warm_restart and climbs_past_lr).",
+        "an LR climbing past the sampled one (skips warm_restart and climbs_past_lr; "
+        "divergence judges no climb within smoothing + divergence_patience reports after "
+        "the LR rose, the loss bump a restart brings).",
     )
 
     # -- warnings -----------------------------------------------------------------------
