@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
 from sweeps.errors import SpecError
 from sweeps.spec.hydra_config import overrides
-from sweeps.spec.loader import load_sweep
+from sweeps.spec.loader import load_sweep, load_sweep_dict
 from tests.conftest import copy_sweepfiles, edit_linreg, run_cli_in
 
 
@@ -56,19 +57,68 @@ def test_override_lists_quote_what_hydra_would_misread() -> None:
         "+model.width=64"]
 
 
+def _with_group_knob(folder: Path) -> Path:
+    """The Hydra linreg sweep with a second option of the ``train`` group (``slow``: its
+    own steps key and a tag) and a knob ``schedule`` that picks the option."""
+    (folder / "conf" / "train" / "slow.yaml").write_text(
+        "lr: 0.01\nsteps: 60\nfail: none\ntag: slow\n")
+    edit_linreg(folder, search_space={
+        "lr": {"type": "loguniform", "low": 1.0e-3, "high": 0.5},
+        "schedule": {"type": "categorical", "choices": ["sgd", "slow"]}},
+        write_back={"lr": "train.lr", "schedule": "train"})
+    return folder
+
+
+def test_a_knob_written_to_a_config_group_picks_its_option(tmp_path: Path) -> None:
+    """``write_back: {schedule: train}``: ``train`` is a group of the defaults list, so the
+    knob picks its option (the whole group changes, as ``train=slow`` on the command line)."""
+    folder = _with_group_knob(_hydra_linreg(tmp_path))
+    sweep = load_sweep(folder / "linreg.yaml", workdir=folder, import_trainer=False)
+    assert sweep.groups is not None and sweep.groups.knobs == {"schedule": "train"}
+    assert sweep.base_value("schedule") == "sgd", "the primary config's option"
+    slow = sweep.trial_config({"lr": 0.2, "schedule": "slow"}, trial_id="t", seed=0)
+    assert slow["train"] == {"lr": 0.2, "steps": 60, "fail": "none", "tag": "slow"}
+    assert "tag" not in sweep.trial_config({"lr": 0.2, "schedule": "sgd"}, trial_id="t",
+                                           seed=0)["train"]
+    assert sweep.values_by_path({"lr": 0.2, "schedule": "slow"}) == {"train.lr": 0.2}
+    again = load_sweep_dict(sweep.resolved(), base_dir=folder, workdir=folder,
+                            import_trainer=False)  # as a results folder's sweep.yaml
+    assert again.groups == sweep.groups, "kept in sweep.yaml: resume composes nothing"
+
+
+@pytest.mark.parametrize(("entry", "key", "says"), [
+    ({"type": "categorical", "choices": ["sgd", "fsat"]}, "search_space.schedule.choices",
+     "available options in 'train': "),
+    ({"type": "uniform", "low": 0.0, "high": 1.0}, "search_space.schedule",
+     "a Hydra config group, whose values are the group's options"),
+])
+def test_a_group_knob_that_cannot_compose_is_bad_input(tmp_path: Path, entry, key,
+                                                       says) -> None:
+    folder = _with_group_knob(_hydra_linreg(tmp_path))
+    edit_linreg(folder, search_space={"schedule": entry})
+    with pytest.raises(SpecError) as caught:
+        load_sweep(folder / "linreg.yaml", workdir=folder, import_trainer=False)
+    assert caught.value.key == key and says in str(caught.value)
+
+
 @pytest.mark.slow
 def test_the_override_list_composes_into_the_handed_over_config(tmp_path, ray_session):
-    folder = _hydra_linreg(tmp_path)
-    edit_linreg(folder, budget={"trials": 3, "max_steps": 30, "scheduler": "none"},
-                confirm={"seeds": 0, "lr_probe": 0})
+    folder = _with_group_knob(_hydra_linreg(tmp_path))
+    edit_linreg(folder, budget={"trials": 4, "max_steps": 30, "scheduler": "none"},
+                confirm={"seeds": 0, "lr_probe": 0},
+                initial_points=[{"lr": 0.1, "schedule": "slow"}])
     assert run_cli_in(folder, "run", "linreg.yaml", "--quiet", "--no-preflight") == 0
     stable = sorted((folder / "results" / "linreg" / "stable").glob("rank-*.yaml"))
     assert stable
+    options = set()
     for path in stable:
         line = path.with_suffix(".overrides").read_text().strip()
-        assert line.startswith("train.lr=")
+        assert line.startswith("train=") and " train.lr=" in line
+        options.add(line.split()[0])
         exported = yaml.safe_load(path.read_text())
         assert _compose(folder / "conf", line.split()) == exported
+    trials = pd.read_csv(folder / "results" / "linreg" / "trials.csv")
+    assert set(trials["schedule"]) == {"sgd", "slow"}, "both options ran"
 
 
 def test_the_hydra_example_validates_and_its_entry_point_takes_overrides(tmp_path) -> None:

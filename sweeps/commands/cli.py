@@ -38,7 +38,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from sweeps.spec.loader import load_sweep
 
     sweep = load_sweep(args.file, workdir=Path.cwd())
-    knobs = ", ".join(f"{k} ({v.type})" for k, v in sweep.space.items())  # the word written
+    grouped = sweep.groups.knobs if sweep.groups else {}
+    knobs = ", ".join(f"{k} ({v.type}" + (f": Hydra config group {grouped[k]}" if k in grouped
+                                          else "") + ")"
+                      for k, v in sweep.space.items())  # the type as the sweep file writes it
     console.print(f"{args.file}: valid. sweep '{sweep.name}', trainer {sweep.spec.trainer}")
     console.print(f"  knobs: {knobs}")
     console.print("  objectives: " + ", ".join(f"{o.metric} ({o.mode})"

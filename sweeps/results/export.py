@@ -23,7 +23,7 @@ from sweeps.state.atomic import write_text
 
 def config_for(sweep: Sweep, values: dict[str, Any]) -> dict[str, Any]:
     """The base config with ``values`` set at their write-back paths (no ``sweep`` key)."""
-    return with_values(sweep.base_config, sweep.values_by_path(values))
+    return with_values(sweep.base_for(values), sweep.values_by_path(values))
 
 
 def _fmt(value: Any) -> str:
@@ -100,6 +100,7 @@ def write_config(path: Path, sweep: Sweep, values: dict[str, Any],
         write_text(path, render_json(sweep, values))
     else:
         write_text(path, render(sweep, values, provenance))
-    line = " ".join(overrides(sweep.base_config, sweep.values_by_path(values)))
+    groups = sweep.groups.overrides(values) if sweep.groups else []
+    line = " ".join(groups + overrides(sweep.base_for(values), sweep.values_by_path(values)))
     write_text(path.with_suffix(".overrides"), line + "\n")
     return path

@@ -15,7 +15,7 @@ command line (``stable/rank-01-<trial>.overrides``): ``python train.py $(cat …
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +32,10 @@ def is_hydra(data: Any) -> bool:
     return isinstance(data, Mapping) and isinstance(data.get("defaults"), list)
 
 
-def compose(path: Path) -> dict[str, Any]:
-    """The config Hydra composes from the primary config at ``path`` (interpolations
-    kept); a SpecError naming ``base_config`` when Hydra is missing or refuses it."""
+def compose(path: Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """The config Hydra composes from the primary config at ``path`` with ``overrides``
+    (``optim=adamw``; interpolations kept); a SpecError naming ``base_config`` when Hydra
+    is missing or refuses it."""
     try:
         from hydra import compose as hydra_compose
         from hydra import initialize_config_dir
@@ -50,7 +51,7 @@ def compose(path: Path) -> dict[str, Any]:
     try:
         with initialize_config_dir(config_dir=str(path.parent.resolve()), version_base=None,
                                    job_name="sweeps"):
-            cfg = hydra_compose(config_name=path.stem)
+            cfg = hydra_compose(config_name=path.stem, overrides=list(overrides))
     except Exception as exc:  # Hydra's MissingConfigException, ConfigCompositionException…
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         options = available_options(str(exc))

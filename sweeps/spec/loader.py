@@ -29,6 +29,7 @@ from sweeps.errors import SpecError, a_type
 from sweeps.rules.settings import RuleSettings
 from sweeps.spec import hydra_config, probed, strict_yaml
 from sweeps.spec.config_paths import collision, get_path, leaf_paths, split_path, with_values
+from sweeps.spec.hydra_groups import GroupKnobs, compose_variants, group_knobs, primary_groups
 from sweeps.spec.space import (
     KNOB_TYPES,
     Categorical,
@@ -227,6 +228,9 @@ class SweepFile(_Strict):
     config_format: Literal["yaml", "json"] | None = Field(
         default=None, description="the format of the configs handed over in stable/; "
         "default: json for a .json base_config file, else yaml")
+    hydra_groups: dict[str, Any] | None = Field(
+        default=None, description="written by sweeps into a results folder's sweep.yaml: "
+        "the config each combination of Hydra config-group knobs composed")
 
 
 @dataclass
@@ -248,6 +252,8 @@ class Sweep:
     #: ``search_space.lr.high`` is ``probe`` and not probed yet: the knob's high stands at
     #: the probe's ceiling until ``sweeps run`` sets it (:mod:`sweeps.spec.probed`).
     lr_high_to_probe: bool = False
+    #: Knobs that pick a Hydra config group's option (:mod:`sweeps.spec.hydra_groups`).
+    groups: GroupKnobs | None = None
 
     @property
     def name(self) -> str:
@@ -265,15 +271,24 @@ class Sweep:
                        max_steps: int | None = None) -> dict[str, Any]:
         """Knob values keyed by their write-back paths, and the step count (``max_steps``,
         else ``budget.max_steps``) at ``write_back.max_steps`` when the sweep maps it."""
-        out = {self.spec.write_back[k]: v for k, v in values.items()}
+        grouped = self.groups.knobs if self.groups else {}
+        out = {self.spec.write_back[k]: v for k, v in values.items() if k not in grouped}
         steps_path = self.steps_path
         if steps_path is not None:
             out[steps_path] = max_steps or self.spec.budget.max_steps
         return out
 
+    def base_for(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The config a trial's knob values are written into: the base config, or with
+        group knobs the one composed with the trial's options."""
+        return self.groups.config(values) if self.groups else self.base_config
+
     def base_value(self, knob: str) -> Any:
         """The base config's value of a knob: None where it has none (the key is absent,
-        or holds Hydra's missing value ``???``)."""
+        or holds Hydra's missing value ``???``); a group knob's is the primary config's
+        option."""
+        if self.groups and knob in self.groups.knobs:
+            return self.groups.defaults.get(self.groups.knobs[knob])
         value = get_path(self.base_config, self.spec.write_back[knob], None)
         return None if value == HYDRA_MISSING else value
 
@@ -289,7 +304,8 @@ class Sweep:
     def base_unset(self) -> list[str]:
         """Knobs the base config leaves at Hydra's missing value ``???``: it is no config
         that runs, so there is no base config to compare with."""
-        return [k for k in self.space if k in self.spec.write_back and
+        grouped = self.groups.knobs if self.groups else {}
+        return [k for k in self.space if k in self.spec.write_back and k not in grouped and
                 get_path(self.base_config, self.spec.write_back[k], None) == HYDRA_MISSING]
 
     @property
@@ -323,6 +339,7 @@ class Sweep:
             del data["budget"]["trials"]
         data["base_config"] = self.base_config
         data["config_format"] = self.config_format  # inline now: the file's format kept
+        data["hydra_groups"] = self.groups.to_data() if self.groups else None
         data["search_space"] = {k: knob_entry(v) for k, v in self.space.items()}
         if self.lr_high_to_probe:  # a run of this copy probes (e.g. a cluster's job)
             data["search_space"]["lr"]["high"] = probed.PROBE
@@ -369,7 +386,7 @@ class Sweep:
     def trial_config(self, values: Mapping[str, Any], *, trial_id: str, seed: int,
                      max_steps: int | None = None) -> dict[str, Any]:
         """The config a trainer receives: base config, knob values merged, ``sweep`` key."""
-        config = with_values(self.base_config, self.values_by_path(values, max_steps))
+        config = with_values(self.base_for(values), self.values_by_path(values, max_steps))
         config[RESERVED_KEY] = {"trial_id": trial_id, "seed": seed,
                                 "max_steps": max_steps or self.spec.budget.max_steps,
                                 "device": "cpu", "gpu_ids": []}
@@ -465,12 +482,19 @@ def load_sweep_dict(data: Any, *, base_dir: Path, workdir: Path,
     dirs = (base_dir, workdir)
     base_config = _base_config(spec.base_config, dirs)
     space, to_probe = _space(spec.search_space, dirs)
-    _check_write_back(spec.write_back, space, base_config)
+    groups = _groups(spec, space, dirs)
+    grouped = groups.knobs if groups else {}
+    write_back = {k: v for k, v in spec.write_back.items() if k not in grouped}
+    _check_write_back(write_back, {k: v for k, v in space.items() if k not in grouped},
+                      base_config)
     _check_initial_points(spec.initial_points, space)
     objectives = list(spec.objectives)
-    notes: list[str] = new_path_notes(spec.write_back, base_config)
-    if notes and not spec.new_keys:
-        raise _missing_path_error(spec.write_back, base_config)
+    notes: list[str] = []
+    for variant, config in (groups.configs.items() if groups else [("", base_config)]):
+        found = new_path_notes(write_back, config)
+        if found and not spec.new_keys:
+            raise _missing_path_error(write_back, config, variant)
+        notes += [n for n in found if n not in notes]
     compile_knob = space.get("compile")
     if compile_knob is not None and not compile_knob.is_fixed() and not any(
             o.metric == "step_time" for o in objectives):
@@ -493,7 +517,7 @@ def load_sweep_dict(data: Any, *, base_dir: Path, workdir: Path,
     sweep = Sweep(spec=spec, base_dir=base_dir, base_config=base_config, space=space,
                   trainer_paths=paths, output_dir=(workdir / spec.output / spec.name).resolve(),
                   objectives=objectives, workdir=workdir, notes=notes,
-                  lr_high_to_probe=to_probe)
+                  lr_high_to_probe=to_probe, groups=groups)
     changed = sweep.fixed_changes
     if changed:
         shown = ", ".join(f"{k}={v}" for k, v in changed.items())
@@ -571,6 +595,25 @@ def _base_config(value: str | dict[str, Any] | None, dirs: Dirs) -> dict[str, An
                         "trainer receives trial_id, seed, max_steps, device and gpu_ids there",
                         f"rename the '{RESERVED_KEY}' section of the base config")
     return dict(data)
+
+
+def _groups(spec: SweepFile, space: dict[str, _Knob], dirs: Dirs) -> GroupKnobs | None:
+    """The knobs that pick a Hydra config group's option, with every combination composed
+    (:mod:`sweeps.spec.hydra_groups`): kept in a results folder's ``sweep.yaml``, else
+    found in a Hydra primary ``base_config``; None without any."""
+    if spec.hydra_groups is not None:
+        return GroupKnobs.from_data(spec.hydra_groups)
+    if not isinstance(spec.base_config, str) or is_json_file(spec.base_config):
+        return None
+    path = _resolve(spec.base_config, dirs)
+    raw = read_yaml(path, "base_config")
+    if not hydra_config.is_hydra(raw):
+        return None
+    defaults = primary_groups(raw)
+    knobs = group_knobs(spec.write_back, space, defaults)
+    if not knobs:
+        return None
+    return compose_variants(path, knobs, space, defaults, hydra_config.compose)
 
 
 def _space(value: str | dict[str, Any], dirs: Dirs) -> tuple[dict[str, _Knob], bool]:
@@ -679,23 +722,26 @@ def new_path_notes(write_back: dict[str, str], base_config: dict[str, Any]) -> l
     return notes
 
 
-def _missing_path_error(write_back: dict[str, str], base_config: dict[str, Any]) -> SpecError:
+def _missing_path_error(write_back: dict[str, str], base_config: dict[str, Any],
+                        variant: str = "") -> SpecError:
     """The first write-back path the base config lacks as a value, as one clear error: a
-    section (a Hydra config group) is named as such, a typo gets the closest path."""
+    section is named as such, a typo gets the closest path; ``variant``: the group options
+    the config was composed with."""
     leaves = leaf_paths(base_config)
     knob, path = next((k, p) for k, p in write_back.items() if p not in leaves)
     key = f"write_back.{knob}"
+    where = f"the base config composed with {variant}" if variant else "the base config"
     section = get_path(base_config, path, None)
     if isinstance(section, Mapping):
         inner = [leaf for leaf in leaves if leaf.startswith(path + ".")]
-        return SpecError(key, f"'{path}' is a section of the base config, not a value, so "
+        return SpecError(key, f"'{path}' is a section of {where}, not a value, so "
                          "a knob cannot be written there",
-                         f"write the knob to one of its keys ({', '.join(inner[:4])}); a "
-                         "Hydra config group's choice (e.g. optimizer=sgd) cannot be "
-                         "searched, see docs/sweep-file.md")
+                         f"write the knob to one of its keys ({', '.join(inner[:4])}); to "
+                         "search a Hydra config group's option, write the knob to the "
+                         "group's name as in the defaults list (docs/sweep-file.md)")
     near = difflib.get_close_matches(path, leaves, n=1)
     hint = f"did you mean '{near[0]}'? Else w" if near else "W"
-    return SpecError(key, f"'{path}' is not in the base config, so the trainer would never "
+    return SpecError(key, f"'{path}' is not in {where}, so the trainer would never "
                      "see the sampled value",
                      f"{hint}rite the path your trainer reads, add the key to the base "
                      "config, or set 'new_keys: true' in the sweep file to add it")

@@ -211,4 +211,6 @@ def _with_base(sweep: Sweep, paths: dict[str, Any]) -> Sweep:
 
     from sweeps.spec.config_paths import with_values
 
-    return replace(sweep, base_config=with_values(sweep.base_config, paths))
+    groups = sweep.groups.mapped(lambda config: with_values(config, paths)) \
+        if sweep.groups else None
+    return replace(sweep, base_config=with_values(sweep.base_config, paths), groups=groups)
