@@ -68,8 +68,15 @@ def test_driver_killed_mid_sweep_resumes_without_losing_trials(linreg_dir, monke
     original, out = out, moved
     histories_before = {t: (out / "trials" / f"{t}.jsonl").read_text() for t in before}
 
+    # and the project moved too: its trainer is no longer where the sweep ran
+    project = linreg_dir / "project"
+    project.mkdir()
+    (linreg_dir / "linreg_trainer.py").rename(project / "linreg_trainer.py")
     monkeypatch.chdir(linreg_dir)
-    assert main(["resume", str(out), "--quiet"]) == 0
+    refused = subprocess.run([sys.executable, "-m", "sweeps", "resume", str(out), "--quiet"],
+                             cwd=linreg_dir, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "--project PATH" in refused.stderr, refused.stderr
+    assert main(["resume", str(out), "--quiet", "--project", str(project)]) == 0
     assert not original.exists(), "nothing is written where the folder used to be"
 
     trials = read_results_csv(out / "trials.csv")

@@ -117,7 +117,9 @@ def test_dry_run_renders_ports_and_token_and_submits_nothing(linreg_dir, slurm_e
                  "PORT_BASE=${SWEEPS_PORT_BASE:-23000}", '--min-worker-port="$MIN_WORKER_PORT"',
                  "--dashboard-host=127.0.0.1", "umask 077",
                  "export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=$TOKEN_FILE",
-                 '"$PY" -m sweeps run "$SWEEP_FILE" --address "$HEAD_ADDR" --output "$RESULTS"'):
+                 'DRIVER=("$PY" -m sweeps run "$SWEEP_FILE" --address "$HEAD_ADDR" '
+                 '--output "$RESULTS")',
+                 "RESUME=''"):
         assert line in script, line
     assert f"SWEEP_FILE={sweep}" in script
     assert "@@" not in script
@@ -164,6 +166,49 @@ def test_sweep_runs_as_a_slurm_job(linreg_dir, slurm_env, capsys):
     assert "(0 process(es) left)" in log
     assert not list((slurm_env / "tokens").glob("ray-token-*"))
     assert not Path(f"/tmp/sweeps-ray-{job}").exists()
+
+
+@pytest.mark.slow
+def test_a_cancelled_sweep_job_is_continued_by_another_job(linreg_dir, slurm_env, capsys):
+    """scancel in the middle of the search; ``sweeps slurm --resume DIR`` submits a job
+    that resumes the sweep on a new Ray cluster: every trial ran once, none was lost."""
+    sweep = small_sweep(linreg_dir)
+    data = yaml.safe_load(sweep.read_text())
+    data["budget"]["trials"] = 8
+    sweep.write_text(yaml.safe_dump(data, sort_keys=False))
+    config = linreg_dir / "linreg_config.yaml"
+    config.write_text(config.read_text().replace("train:", "train:\n  sleep: 0.1", 1))
+    out = slurm_env / "results"
+    assert sweeps_slurm(str(sweep), *ARGS, "--output-dir", str(out)) == 0
+    job = capsys.readouterr().out.split("submitted batch job ", 1)[1].split()[0]
+    trials = out / "linreg" / "trials"
+    deadline = time.monotonic() + 240
+    while len(list(trials.glob("*.jsonl"))) < 3 and time.monotonic() < deadline:
+        time.sleep(1)
+    subprocess.run(["scancel", job], check=True)
+    assert wait_for(job, timeout=120) == "CANCELLED"
+    log = (out / "linreg.slurm" / f"slurm-{job}.out").read_text()
+    assert f"sweeps slurm --resume {out / 'linreg'}" in log, log[-3000:]
+    assert not (out / "linreg" / "trials.csv").exists(), "stopped before its end"
+    assert sweeps_slurm("--resume", str(out / "linreg"), *ARGS) == 0
+    printed = capsys.readouterr().out
+    again = printed.split("submitted batch job ", 1)[1].split()[0]
+    state = wait_for(again, timeout=300)
+    log = (out / "linreg.slurm" / f"slurm-{again}.out").read_text()
+    assert state == "COMPLETED", log[-3000:]
+    assert "-m sweeps resume" in log
+    table = pd.read_csv(out / "linreg" / "trials.csv")
+    search = table[table["role"] == "search"]
+    assert len(search) == 8 and search["trial_id"].is_unique, table
+    assert list((out / "linreg" / "stable").glob("rank-01-*.yaml"))
+
+
+def test_resume_takes_a_results_folder_not_a_sweep_file(linreg_dir, monkeypatch):
+    monkeypatch.chdir(linreg_dir)
+    assert sweeps_slurm("--resume", "results/none", *ARGS, "--dry-run") == 2
+    assert sweeps_slurm(str(small_sweep(linreg_dir)), "--resume", "results/linreg", *ARGS,
+                        "--dry-run") == 2
+    assert sweeps_slurm(*ARGS, "--dry-run") == 2
 
 
 def test_partition_time_and_cpus_can_be_left_to_the_site(linreg_dir, monkeypatch, capsys):

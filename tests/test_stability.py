@@ -269,3 +269,19 @@ def test_a_cell_that_fell_to_the_random_guess_is_too_slow():
     learnt = [{"step": k, "loss": 1.78 if k < 21 else 0.6} for k in range(1, 151)]
     good = TrialRecord(trial_id="g", values={"lr": 0.01}, seed=0, status="ok", history=learnt)
     assert stability.Cell((0.01,), [good], guess=(guess, 0.05)).verdict() == "stable"
+
+
+def test_grad_clip_is_advised_from_the_runs_at_the_recommended_value():
+    """Grad norms shrink as the LR grows: a clip from runs at lr 1 (norms ~0.01) would clip
+    every step at the recommended lr 1e-3 (norms ~5)."""
+    def cell(v: float, norm: float) -> stability.Cell:
+        history = [{"step": k, "loss": 1.0 / k, "grad_norm": norm * (1 + k % 3 / 10)}
+                   for k in range(1, 41)]
+        return stability.Cell((v,), [TrialRecord(trial_id=f"{v}", values={"lr": v}, seed=0,
+                                                 status="ok", history=history)])
+
+    rows = [cell(1e-3, 5.0), cell(1.0, 0.01)]
+    clip, why = stability.recommend_clip(rows, 1e-3)
+    assert 10 <= clip <= 25 and "stable runs at 0.001" in why
+    pooled, _ = stability.recommend_clip(rows)
+    assert pooled < clip, "every run pooled: the small norms pull the clip down"

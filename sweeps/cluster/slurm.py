@@ -23,7 +23,10 @@ if TYPE_CHECKING:
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``sweeps slurm``."""
     p = sub.add_parser("slurm", help="run a sweep as a SLURM job: Ray over the allocation")
-    p.add_argument("file", help="sweep file (YAML)")
+    p.add_argument("file", nargs="?", help="sweep file (YAML); not with --resume")
+    p.add_argument("--resume", default=None, metavar="DIR",
+                   help="continue the sweep in this results folder (a job that was "
+                   "cancelled, timed out or failed) instead of starting one")
     p.add_argument("--nodes", type=int, default=1, help="nodes (Ray head + workers); default 1")
     p.add_argument("--cpus-per-node", type=int, default=None,
                    help="CPUs Ray uses per node (default: resources.cpu x the trials that "
@@ -59,9 +62,7 @@ class Plan:
 def plan(args: argparse.Namespace, opts: JobOptions, workdir: Path) -> Plan:
     """Validate the sweep and the options here and render the script; nothing is written.
     ``workdir`` is the folder sweeps was started from: the job runs there."""
-    from sweeps.spec.loader import load_sweep
-
-    sweep = load_sweep(args.file, workdir=workdir, output=args.output_dir)
+    sweep, resume = _sweep_of(args, workdir)
     defaulted = _defaults_noted(opts)
     if opts.cpus_per_node is None:
         cpus = default_cpus(sweep, opts.nodes)
@@ -76,20 +77,44 @@ def plan(args: argparse.Namespace, opts: JobOptions, workdir: Path) -> Plan:
         _check_partition(opts.partition)
     results = sweep.output_dir.parent
     folder = results / f"{sweep.name}.slurm"
+    if resume is not None and opts.gpus_per_node and sweep.spec.resources.gpu == 0:
+        raise SpecError("--gpus-per-node", "a resumed sweep keeps the resources it ran with "
+                        "(resources.gpu 0)", "leave --gpus-per-node out, or run the sweep "
+                        "again with GPUs")
     _check_path("working directory", workdir)
     _check_path("--output-dir", folder)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    sweep_file, override, pythonpath = sweep.source or workdir / args.file, None, ""
+    sweep_file, override, pythonpath = sweep.source or workdir / (args.file or ""), None, ""
     if opts.gpus_per_node and sweep.spec.resources.gpu == 0:
         override = gpu_override(sweep)
         sweep_file = folder / f"sweep-{stamp}.yaml"
         pythonpath = os.pathsep.join(sweep.trainer_paths)
     script = render(template, opts, name=sweep.name, python=sys.executable, ray=_ray_command(),
                     sweep_file=sweep_file, results=results, workdir=workdir,
-                    log=folder / "slurm-%j.out", pythonpath=pythonpath)
+                    log=folder / "slurm-%j.out", pythonpath=pythonpath, resume=resume)
     return Plan(script=script, script_path=folder / f"sweep-{stamp}.sbatch",
-                sweep_file=sweep_file, override=override, results=results / sweep.name,
+                sweep_file=sweep_file, override=override, results=sweep.output_dir,
                 notes=defaulted + _notes(sweep, opts, override is not None))
+
+
+def _sweep_of(args: argparse.Namespace, workdir: Path) -> tuple[Sweep, Path | None]:
+    """The sweep file's sweep, or with ``--resume`` the one saved in that results folder
+    (and the folder)."""
+    from sweeps.spec.loader import load_sweep
+
+    resume = getattr(args, "resume", None)  # plan() called with a sweep file's arguments
+    if resume is None:
+        if not args.file:
+            raise SpecError("FILE", "no sweep file given", "give a sweep file, or --resume "
+                            "DIR to continue the sweep in a results folder")
+        return load_sweep(args.file, workdir=workdir, output=args.output_dir), None
+    if args.file or args.output_dir:
+        raise SpecError("--resume", "continues the sweep saved in its results folder, so it "
+                        "takes no sweep file or --output-dir", "leave them out")
+    from sweeps.commands.run import load_resolved
+
+    folder = (workdir / Path(resume).expanduser()).resolve()
+    return load_resolved(folder), folder
 
 
 def cmd_slurm(args: argparse.Namespace) -> int:
@@ -237,5 +262,7 @@ def _print_follow(job: str, opts: JobOptions, plan: Plan) -> None:
         token_dir = os.environ.get("SWEEPS_TOKEN_DIR", "~/.sweeps")
         print(f"  token:     {token_dir}/ray-token-{job} while the job runs (Ray token auth)")
     print(f"  cancel:    scancel {job} (the script stops Ray on every node and keeps results)")
+    print(f"  continue:  sweeps slurm --resume {plan.results} (after a cancel, a time limit or "
+          "a failure; the same options)")
     for note in plan.notes:
         print(f"note: {note}")

@@ -82,7 +82,7 @@ def sbatch_lines(opts: JobOptions) -> str:
 
 def render(template: str, opts: JobOptions, *, name: str, python: str, ray: list[str],
            sweep_file: Path, results: Path, workdir: Path, log: Path,
-           pythonpath: str = "") -> str:
+           pythonpath: str = "", resume: Path | None = None) -> str:
     """Fill in the template's ``@@FIELD@@``s; a field the template lacks or we lack is an
     error. A line holding a field the user left to SLURM's defaults (``--time``,
     ``--partition``) is left out."""
@@ -93,11 +93,17 @@ def render(template: str, opts: JobOptions, *, name: str, python: str, ray: list
         "GPUS": str(opts.gpus_per_node), "TIME": opts.time, "PARTITION": opts.partition,
         "WORKDIR": str(workdir), "LOG": str(log), "EXTRA_SBATCH": sbatch_lines(opts),
         "PYTHON": q(python), "RAY": " ".join(q(a) for a in ray), "SWEEP_FILE": q(str(sweep_file)),
-        "RESULTS": q(str(results)), "RESULTS_DIR": q(str(results / name)),
+        "RESULTS": q(str(results)),
+        "RESULTS_DIR": q(str(resume if resume is not None else results / name)),
         "AUTH": "token" if opts.auth else "disabled", "PYTHONPATH": q(pythonpath),
         "PORT_BLOCK": str(block), "PORT_SLOTS": str(slots),
         "PORT_BASE": "" if opts.port_base is None else str(opts.port_base),
+        "RESUME": q(str(resume)) if resume is not None else "''",
     }
+    if resume is not None and "@@RESUME@@" not in template:
+        raise SpecError("--template", "has no @@RESUME@@ field, so the job would start the "
+                        "sweep over instead of resuming it", f"copy the RESUME lines of "
+                        f"{TEMPLATE} into your template")
     missing = set(_FIELD.findall(template)) - set(fields)
     if missing:
         raise SpecError("--template", f"unknown field(s) {', '.join(sorted(missing))}",

@@ -237,7 +237,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     outcome = resume_sweep(Path(args.dir), address=args.address, progress=not args.quiet,
                            tracking_uri=args.tracking_uri, trust_state=args.trust_state,
-                           total_steps=args.total_steps)
+                           total_steps=args.total_steps,
+                           project=Path(args.project) if args.project else None)
     print_outcome(outcome)
     return all_crashed(outcome.trials, outcome.sweep.output_dir)
 
@@ -464,6 +465,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--total-steps", type=int, default=None, metavar="N",
                    help="raise budget.total_steps to N first: the candidates the budget left "
                    "unsettled are settled with what it adds")
+    p.add_argument("--project", default=None, metavar="PATH",
+                   help="the folder the trials run in and import the trainer from, when the "
+                   "one the sweep ran from is gone (a Ray job's temporary working_dir) or "
+                   "moved; kept for later resumes")
     p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("report", help="(re)write report.html, or print the results as json/csv")

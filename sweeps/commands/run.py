@@ -91,11 +91,11 @@ def save_resolved(sweep: Sweep) -> None:
                 "resume` of it will need --trust-state")
 
 
-def load_resolved(folder: Path) -> Sweep:
-    """The sweep saved in a results folder (:func:`sweeps.state.saved_sweep.read`), or
-    exit 2 when the folder holds none."""
+def load_resolved(folder: Path, project: Path | None = None) -> Sweep:
+    """The sweep saved in a results folder (:func:`sweeps.state.saved_sweep.read`; its
+    trials run in ``project`` when given), or exit 2 when the folder holds none."""
     _require_sweep(Path(folder).resolve())
-    return saved_sweep.read(folder)
+    return saved_sweep.read(folder, project=project)
 
 
 def _require_sweep(folder: Path) -> None:
@@ -142,7 +142,7 @@ def run_sweep(sweep: Sweep, *, address: str | None = None, progress: bool = True
 
 def resume_sweep(folder: Path, *, address: str | None = None, progress: bool = True,
                  tracking_uri: str | None = None, trust_state: bool = False,
-                 total_steps: int | None = None) -> SweepOutcome:
+                 total_steps: int | None = None, project: Path | None = None) -> SweepOutcome:
     """Continue a sweep whose driver died: finished trials are kept, unfinished ones re-run.
 
     The folder's seal is checked first, touching nothing: sealed by this account for this
@@ -151,14 +151,18 @@ def resume_sweep(folder: Path, *, address: str | None = None, progress: bool = T
     every state file checked before anything runs (torn last lines of the journals cut
     off, any other damage exit 2). The folder may have been moved since its run.
     ``total_steps`` raises the sweep's step budget first (saved with the sweep): the
-    candidates the budget left unsettled are settled with the steps it adds."""
+    candidates the budget left unsettled are settled with the steps it adds; ``project``:
+    the folder its trials run in and import the trainer from, when the one it ran from
+    is gone (:func:`sweeps.state.saved_sweep.read`)."""
     folder = Path(folder).resolve()
     _require_sweep(folder)
     check_address(address)
     state_seal.check(folder, trust=trust_state)  # before anything in it is touched
     with folder_lock.claim(folder, "resume"):
         state_check.check_for_resume(folder, echo=echo_stderr)
-        sweep = load_resolved(folder)
+        sweep = load_resolved(folder, project)
+        if project is not None:
+            save_resolved(sweep)  # its trials run there from now on
         if total_steps is not None:
             sweep = with_total_steps(sweep, total_steps)
             save_resolved(sweep)  # and sealed again, over the new budget

@@ -123,7 +123,7 @@ def write_stability(sweep: Sweep, book: TrialBook, names: list[str]) -> Stabilit
     display = pd.DataFrame(stability.display_rows(records, quality))
     recommended, why = stability.recommend(rows, quality)
     note = stability.quality_note(rows, quality)
-    clip, clip_why = stability.recommend_clip(rows)
+    clip, clip_why = stability.recommend_clip(rows, recommended)
     below, above = stability.boundary(rows)
     warnings = stability.clip_warnings(rows)
     files = [out / "stability.csv", out / "stability.md"]

@@ -104,11 +104,17 @@ class Boundary:
         advises it (``grad_clip_why``)."""
         from sweeps.results.stability import SAFETY_MARGIN, clip_from_norms
 
-        norms = [v for p in self.points for r in p.runs if r.held for v in r.grad_norms]
-        clip, why = clip_from_norms(norms, "probe runs that held")
         edge_seen = self.low is not None and self.high is not None
-        return {"lr": self.low / SAFETY_MARGIN if edge_seen else None,
-                "margin": SAFETY_MARGIN, "grad_clip": clip, "grad_clip_why": why}
+        lr = self.low / SAFETY_MARGIN if edge_seen else None
+        held = [p for p in self.points if any(r.held for r in p.runs)]
+        if lr is not None and held:  # the grad norms at the LR advised, not at the edge
+            near = min(held, key=lambda p: abs(math.log(p.value / lr)))
+            held, runs = [near], f"probe runs that held at {near.value:.4g}"
+        else:
+            runs = "probe runs that held"
+        norms = [v for p in held for r in p.runs if r.held for v in r.grad_norms]
+        clip, why = clip_from_norms(norms, runs)
+        return {"lr": lr, "margin": SAFETY_MARGIN, "grad_clip": clip, "grad_clip_why": why}
 
     @property
     def grid_steps(self) -> int:

@@ -278,11 +278,19 @@ def _pick(safe: list[Cell], quality: Quality | None, where: str, zone: str) -> t
                          f"{quality.gap(mean, top):.0%} worse ({mean:.4g})")
 
 
-def recommend_clip(rows: list[Cell]) -> tuple[float | None, str]:
-    """grad_clip ≈ 90th percentile of stable runs' pre-clip norms, kept within 2-5x the median."""
-    norms = [v for c in rows for r in c.runs if r.status == OK
-             for v in objectives.series(r.history, "grad_norm")]
-    return clip_from_norms(norms, "stable runs")
+def recommend_clip(rows: list[Cell], at: Any = None) -> tuple[float | None, str]:
+    """grad_clip ≈ 90th percentile of stable runs' pre-clip norms, kept within 2-5x the
+    median: of the runs at the first knob's value ``at`` (the one recommended: grad norms
+    shrink as the LR grows, so the norms at another LR would clip too hard or never),
+    else of every stable run."""
+    def norms(cells: list[Cell]) -> list[float]:
+        return [v for c in cells for r in c.runs if r.status == OK
+                for v in objectives.series(r.history, "grad_norm")]
+
+    there = norms([c for c in rows if at is not None and c.key[0] == at])
+    if there:
+        return clip_from_norms(there, f"stable runs at {label((at,))}")
+    return clip_from_norms(norms(rows), "stable runs")
 
 
 def clip_from_norms(norms: list[float], runs: str) -> tuple[float | None, str]:

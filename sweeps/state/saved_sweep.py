@@ -32,10 +32,13 @@ def save(sweep: Sweep) -> None:
         "workdir": str(sweep.workdir)}, indent=2))
 
 
-def read(folder: Path, *, import_trainer: bool = True) -> Sweep:
+def read(folder: Path, *, import_trainer: bool = True, project: Path | None = None) -> Sweep:
     """The sweep saved in ``folder``, its results going back to that folder (wherever it
     was moved); its trials run in the folder it was started from (the sweep file's, if
-    the state lacks it). Damaged files raise :class:`~sweeps.state.check.DamagedState`."""
+    the state lacks it), or in ``project`` (``--project``: that folder is gone, e.g. a Ray
+    job's temporary working_dir, or the project moved); the trainer is imported from
+    there. Damaged files raise :class:`~sweeps.state.check.DamagedState`."""
+    from sweeps.errors import SpecError
     from sweeps.spec.loader import load_sweep_dict, read_yaml
     from sweeps.state.check import read_sweep_state
 
@@ -44,8 +47,24 @@ def read(folder: Path, *, import_trainer: bool = True) -> Sweep:
     data = read_yaml(folder / SWEEP_FILE, f"DIR/{SWEEP_FILE}")
     base_dir, src = Path(state["base_dir"]), state.get("source")
     workdir = Path(state.get("workdir") or base_dir)  # a state written without it
-    sweep = load_sweep_dict(data, base_dir=base_dir, workdir=workdir,
-                            import_trainer=import_trainer)
+    if project is not None:
+        if not Path(project).is_dir():
+            raise SpecError("--project", f"{project} is not a folder",
+                            "give your project folder (where the trainer module lies)")
+        base_dir = workdir = Path(project).resolve()
+    elif import_trainer and not workdir.is_dir():
+        raise SpecError("--project", f"the folder this sweep ran from, {workdir}, is gone (a "
+                        "Ray job's temporary working_dir goes with its Ray session; or the "
+                        "project moved)", f"give your project folder: sweeps resume {folder} "
+                        "--project PATH (its trainer is imported from there)")
+    try:
+        sweep = load_sweep_dict(data, base_dir=base_dir, workdir=workdir,
+                                import_trainer=import_trainer)
+    except SpecError as exc:
+        if exc.key != "trainer" or project is not None:
+            raise
+        raise SpecError("trainer", exc.problem, f"{exc.fix}; if the project moved: sweeps "
+                        f"resume {folder} --project PATH") from None
     return replace(sweep, output_dir=folder, source=Path(src) if src else None)
 
 
