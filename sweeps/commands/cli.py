@@ -256,6 +256,8 @@ def cmd_best(args: argparse.Namespace) -> int:
     for line in header_lines(files[0]):  # the header says if it is unconfirmed or worse
         if "UNCONFIRMED" in line or line.startswith("WARNING"):
             echo(f"warning: {line}", file=sys.stderr)
+        elif line.startswith("your base config:"):  # it is what you have
+            echo(f"note: {line}", file=sys.stderr)
     if worse_than_base(files[0]) and not args.allow_worse:
         echo(f"not printing {files[0]}: the sweep measured it worse than your base config "
              "on the same fresh seeds; keep your base config, or pass --allow-worse to get "

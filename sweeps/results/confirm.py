@@ -561,7 +561,7 @@ def judge(sweep: Sweep, book: TrialBook, rec: TrialRecord, on_front: bool) -> Co
             conf.runs.append(SeedRun.of(run, quality.metric))
         elif run.role == probe_role(rec.trial_id) and run.finished:
             conf.probe = SeedRun.of(run, quality.metric)
-            conf.lr_sensitivity = _sensitivity(rec, run, quality.metric)
+            conf.lr_sensitivity = _sensitivity(rec, run, quality.metric, quality.mode)
     conf.planned = planned_seeds(sweep, book, rec)
     conf.runs.sort(key=lambda r: r.seed)
     return conf
@@ -604,7 +604,7 @@ Runner = Callable[[list[dict[str, Any]], str], None]
 
 
 def mark_poor(judged: list[Confirmation], base: BaseReference | None = None,
-              base_id: str | None = None) -> int:
+              base_id: str | None = None, trades: bool = True) -> int:
     """How many hold, once those far behind the best, or behind the base config, are
     marked ``poor``.
 
@@ -613,7 +613,9 @@ def mark_poor(judged: list[Confirmation], base: BaseReference | None = None,
     ``confirm.tolerance`` behind the best holding candidate's, or worse than the base
     config's (``base``, the search trial ``base_id``) on the fresh seeds both ran, is not
     handed over: it is stable, not good, and the user already has better. Front members
-    trade quality for another objective and are kept.
+    trade quality for another objective and are kept (``trades``: the sweep has another
+    objective; with quality alone the front is only the best search value, and is judged
+    like the rest).
     """
     for c in judged:
         c.poor_against, c.behind_base = None, None
@@ -622,7 +624,7 @@ def mark_poor(judged: list[Confirmation], base: BaseReference | None = None,
         return 0
     best = min(holding, key=Confirmation.rank_key).mean
     for c in holding:
-        if c.on_front:
+        if c.on_front and trades:
             continue
         if objectives.quality_gap(c.mean, best, c.quality.mode, c.baseline) > c.tolerance:
             c.poor_against = best
@@ -700,6 +702,7 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
     """
     conf = sweep.spec.confirm
     on_front = {r.trial_id for r in front}
+    trades = len(sweep.objectives) > 1  # a front member trades quality for something
     base = base_trial(sweep, book)
     if base is not None and base.finished and not base.flagged and base not in ordered:
         ordered = [base, *ordered]
@@ -729,11 +732,12 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
 
     def found() -> int:
         """Configs the search found that hold (the base config is apart), or that held
-        but trail the base config: the candidates come in order of their search value,
-        so those after one that trails what the user has are unlikely to beat it."""
-        mark_poor(judged, base_reference(sweep, book), base_id)
-        return sum(c.holds or c.behind_base is not None for c in judged
-                   if c.trial_id != base_id)
+        but are poor (far behind the best, or behind the base config): the candidates
+        come in order of their search value, so those after one that trails are unlikely
+        to beat it."""
+        mark_poor(judged, base_reference(sweep, book), base_id, trades)
+        return sum(c.holds or c.poor_against is not None or c.behind_base is not None
+                   for c in judged if c.trial_id != base_id)
 
     while queue and found() < conf.keep:
         need = conf.keep - found()
@@ -761,7 +765,7 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
     if own is not None:  # off the search space: a candidate beside what the search found
         judged.append(own)
         base_id = own.trial_id
-    mark_poor(judged, ref, base_id)
+    mark_poor(judged, ref, base_id, trades)
     if not any(c.holds for c in judged) and judged:
         notes.append(_unsettled_note(sweep, book, judged))
     holding = sorted((c for c in judged if c.holds), key=Confirmation.rank_key)
@@ -796,10 +800,12 @@ def _unsettled_note(sweep: Sweep, book: TrialBook, judged: list[Confirmation]) -
             f"would settle them (`sweeps resume {sweep.output_dir} --total-steps N`)")
 
 
-def _sensitivity(member: TrialRecord, probe: TrialRecord, metric: str) -> float:
-    """Relative change of quality at LR × probe, both at the probe's last step (a probe
-    holds once the rules could tell, :mod:`sweeps.trial.horizon`, often before the end);
-    infinite when the probe went unstable."""
+def _sensitivity(member: TrialRecord, probe: TrialRecord, metric: str,
+                 mode: str = "min") -> float:
+    """How much worse quality is at LR × probe, relative to the candidate's own (positive:
+    worse, negative: better, whatever the objective's mode), both at the probe's last step
+    (a probe holds once the rules could tell, :mod:`sweeps.trial.horizon`, often before
+    the end); infinite when the probe went unstable."""
     if probe.status != OK:
         return math.inf
     upto = probe.last_step
@@ -808,4 +814,4 @@ def _sensitivity(member: TrialRecord, probe: TrialRecord, metric: str) -> float:
     new = objectives.metric_value(probe.history, metric)
     if base is None or new is None or base == 0:
         return math.nan
-    return (new - base) / abs(base)
+    return (new - base) / abs(base) * (1.0 if mode == "min" else -1.0)

@@ -90,6 +90,14 @@ def worse_than_base(path: Path) -> str | None:
     return next((line for line in header_lines(path) if WORSE_THAN_BASE in line), None)
 
 
+def base_held(path: Path) -> str | None:
+    """The header's line saying the config is your base config (it held and nothing beat
+    it), else None."""
+    return next(("your base config " + line.removeprefix("your base config: ")
+                 for line in header_lines(path) if line.startswith("your base config: ")),
+                None)
+
+
 def write_config(path: Path, sweep: Sweep, values: dict[str, Any],
                  provenance: dict[str, Any]) -> Path:
     """Write one exported config atomically, and beside it (``.overrides``) the same knob

@@ -220,6 +220,9 @@ def provenance(sweep: Sweep, chosen: Selection, rank: int, conf: Confirmation,
         out["NOTE"] = ("grad_clip 0 means no clipping: a script that calls "
                        "clip_grad_norm_(params, 0) scales every gradient to zero; skip the "
                        "clip at 0")
+    line = chosen.base_line() if rank == 1 else None
+    if line:  # "your base config: held and nothing beat it: …"
+        out["your base config"] = line.removeprefix("your base config ")
     warning = chosen.base_warning() if rank == 1 else None
     if warning:
         out["WARNING"] = warning

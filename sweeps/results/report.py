@@ -186,14 +186,16 @@ def _fragile_html(res: Results) -> str:
 
 
 def _warning_html(res: Results) -> str:
-    """The WARNING line of the top YAML's header (e.g. worse than the base config)."""
+    """The WARNING line of the top YAML's header (e.g. worse than the base config), and
+    its line saying it is your base config."""
     if not res.stable:
         return ""
     try:
         head = (res.folder / res.stable[0]).read_text().splitlines()
     except OSError:
         return ""
-    lines = [h[2:] for h in head if h.startswith("# WARNING") or "UNCONFIRMED" in h]
+    lines = [h[2:] for h in head if h.startswith(("# WARNING", "# your base config:"))
+             or "UNCONFIRMED" in h]
     return "".join(f"<p class=note><b>{e(line)}</b></p>" for line in lines)
 
 

@@ -124,3 +124,26 @@ def test_a_run_whose_every_rerun_crashed_before_its_first_step_is_an_error(tmp_p
     assert "every re-run on a fresh seed or at the LR probe crashed before its first step" \
         in " ".join(capsys.readouterr().err.split())
     assert all_crashed(trials(40), tmp_path) == 0, "a re-run that crashed later is a result"
+
+
+def test_a_base_config_at_rank_1_is_said_in_its_header_best_and_the_json(tmp_path: Path,
+                                                                       capsys) -> None:
+    """"Your base config held and nothing beat it" was said in the run's output only."""
+    from sweeps.record.book import TrialRecord
+    from sweeps.results.export import base_held
+    from sweeps.results.files import provenance
+
+    sweep = load_linreg(tmp_path / "sweep")
+    chosen = _selection(0.9)
+    chosen.base_id = "t"
+    rec = TrialRecord(trial_id="t", values={"lr": 0.1}, seed=0, role="search")
+    header = provenance(sweep, chosen, 1, chosen.candidates[0], rec, [0.9, 0.1])
+    path = write_config(tmp_path / "results" / "stable" / "rank-01-t.yaml", sweep,
+                        {"lr": 0.1}, header)
+    assert base_held(path).startswith("your base config held and nothing beat it")
+    assert main(["best", str(tmp_path / "results")]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == str(path) and "note: your base config: held and nothing beat it" in err
+    chosen.base_id = "other"
+    assert "your base config" not in provenance(sweep, chosen, 1, chosen.candidates[0], rec,
+                                                [0.9, 0.1])

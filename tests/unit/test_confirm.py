@@ -180,6 +180,9 @@ def test_holding_marks_far_off_front_candidates_poor(tmp_path: Path) -> None:
     assert near.holds and front_far.holds
     assert mark_poor([far]) == 1 and far.verdict == "confirmed"  # judged afresh each time
     assert mark_poor([]) == 0
+    # quality alone (no other objective): the front is the best search value, no trade-off
+    assert mark_poor([good, far, near, front_far], trades=False) == 2
+    assert front_far.verdict == "poor" and front_far.poor_against == 0.1
 
 
 def test_an_off_front_candidate_behind_the_base_config_is_poor(tmp_path: Path) -> None:
@@ -352,3 +355,18 @@ def test_a_rerun_that_never_ran_is_no_verdict_on_the_config(tmp_path: Path) -> N
     late = _rerun("c", 2, None, status="crash", reason="crash", stop_step=4)
     assert _judged(sweep, cand, _rerun("c", 1, 0.1), late).verdict == "fragile", \
         "a crash after the trainer ran is the config's"
+
+
+def test_lr_sensitivity_is_positive_when_the_probe_is_worse_in_either_mode(tmp_path) -> None:
+    """A PSNR (max) 6 % higher at LR x 2 is better there: -0.06, as a loss 6 % lower is."""
+    maximise = load_linreg(tmp_path / "max", confirm={"seeds": 2, "lr_probe": 2.0},
+                           objectives=[{"metric": "psnr", "mode": "max", "baseline": 9.86}])
+    cand = rec("c", psnr=16.0)
+    better = judge(maximise, book_of(maximise, cand, rec("probe-c", role="probe:c",
+                                                         psnr=16.96)), cand, True)
+    assert better.lr_sensitivity == pytest.approx(-0.06)
+    minimise = _sweep(tmp_path / "min")
+    cand = rec("c", val_loss=0.10)
+    worse = judge(minimise, book_of(minimise, cand, rec("probe-c", role="probe:c",
+                                                        val_loss=0.13)), cand, True)
+    assert worse.lr_sensitivity == pytest.approx(0.3)
