@@ -285,3 +285,21 @@ def test_grad_clip_is_advised_from_the_runs_at_the_recommended_value():
     assert 10 <= clip <= 25 and "stable runs at 0.001" in why
     pooled, _ = stability.recommend_clip(rows)
     assert pooled < clip, "every run pooled: the small norms pull the clip down"
+
+
+def test_a_grid_over_grad_clip_recommends_a_clip_it_tested():
+    """``--and grad_clip=0,0.5,5``: the clip is the best stable cell's at the recommended
+    LR, not a percentile of grad norms that no cell ran (0.04, below the space)."""
+    def cell(lr: float, clip: float, quality: float) -> stability.Cell:
+        history = [{"step": k, "loss": 1.0 / k, "val_loss": quality, "grad_norm": 0.01}
+                   for k in range(1, 41)]
+        return stability.Cell((lr, clip), [TrialRecord(
+            trial_id=f"{lr}-{clip}", values={"lr": lr, "grad_clip": clip}, seed=0,
+            status="ok", history=history)])
+
+    rows = [cell(0.01, 0.0, 0.30), cell(0.01, 0.5, 0.20), cell(0.01, 5.0, 0.25),
+            cell(0.001, 0.5, 0.5)]
+    quality = stability.Quality("val_loss", "min", 1.0)
+    clip, why = stability.recommend_clip(rows, 0.01, quality, clip_is_second=True)
+    assert clip == 0.5 and "0.01 × 0.5 is the best stable cell at 0.01" in why
+    assert stability.recommend_clip(rows, 0.01, quality)[0] < 0.1, "norms: a clip never run"

@@ -123,7 +123,8 @@ def write_stability(sweep: Sweep, book: TrialBook, names: list[str]) -> Stabilit
     display = pd.DataFrame(stability.display_rows(records, quality))
     recommended, why = stability.recommend(rows, quality)
     note = stability.quality_note(rows, quality)
-    clip, clip_why = stability.recommend_clip(rows, recommended)
+    clip, clip_why = stability.recommend_clip(rows, recommended, quality,
+                                              clip_is_second=names[1:] == ["grad_clip"])
     below, above = stability.boundary(rows)
     warnings = stability.clip_warnings(rows)
     files = [out / "stability.csv", out / "stability.md"]

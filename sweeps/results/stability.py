@@ -278,11 +278,21 @@ def _pick(safe: list[Cell], quality: Quality | None, where: str, zone: str) -> t
                          f"{quality.gap(mean, top):.0%} worse ({mean:.4g})")
 
 
-def recommend_clip(rows: list[Cell], at: Any = None) -> tuple[float | None, str]:
+def recommend_clip(rows: list[Cell], at: Any = None, quality: Quality | None = None,
+                   clip_is_second: bool = False) -> tuple[float | None, str]:
     """grad_clip ≈ 90th percentile of stable runs' pre-clip norms, kept within 2-5x the
     median: of the runs at the first knob's value ``at`` (the one recommended: grad norms
     shrink as the LR grows, so the norms at another LR would clip too hard or never),
-    else of every stable run."""
+    else of every stable run. A grid whose second knob is grad_clip (``clip_is_second``)
+    tested the values: its best stable cell at ``at`` gives it."""
+    if clip_is_second and at is not None:
+        tested = [c for c in rows if c.key[0] == at and c.verdict() == "stable"]
+        best = best_quality(tested, quality) if quality else None
+        if best is None and tested:
+            best = tested[0]
+        if best is not None:
+            return best.key[1], (f"the grid tested it: {label(best.key)} is the best stable "
+                                 f"cell at {label((at,))}")
     def norms(cells: list[Cell]) -> list[float]:
         return [v for c in cells for r in c.runs if r.status == OK
                 for v in objectives.series(r.history, "grad_norm")]
