@@ -61,6 +61,17 @@ def test_peak_above_the_sampled_lr_and_zero_lr(linreg_dir, monkeypatch):
     assert zero and "zero_lr" in zero[0].message
 
 
+def test_a_schedule_that_follows_a_metric_is_not_checked_not_an_error(linreg_dir):
+    """ReduceLROnPlateau needs the validation loss to step: preflight says it did not check
+    it (it was an error, exit 3, 'would spoil every trial')."""
+    _edit(linreg_dir, schedule="plateau")
+    _, findings = run_preflight(load_sweep(linreg_dir / "hooked.yaml", workdir=linreg_dir))
+    schedule = [f for f in findings if f.check in ("schedule", "hooks")]
+    assert [(f.level, f.message.split(":")[0]) for f in schedule] == [
+        ("info", "the LR schedule was not checked")]
+    assert "ReduceLROnPlateau follows a metric" in schedule[0].message
+
+
 def test_trainer_without_hooks_is_told_so(linreg_dir):
     _, findings = run_preflight(load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir))
     assert {f.check for f in findings} == {"schedule", "inputs"}

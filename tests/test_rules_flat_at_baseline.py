@@ -77,14 +77,20 @@ def test_a_stuck_loss_is_caught_soon_after_the_patience(seed):
     assert abs(verdict.evidence["progress"]) < 0.01
 
 
-@pytest.mark.parametrize(("offset", "fires"), [(0.049, True), (-0.049, True), (0.051, False)])
+@pytest.mark.parametrize(("offset", "fires"), [(0.049, True), (-0.049, True), (-0.051, False),
+                                              (0.051, True), (0.2, True)])
 def test_tolerance_boundary(offset, fires):
-    assert (first_firing(losses([B * (1 + offset)] * 200)) is not None) is fires
+    """Below the band is better than guessing; flat above it is no better (a run at lr 1e-7
+    sat at 1.65-1.77 against a random guess of pi/2 and was called stable)."""
+    verdict = first_firing(losses([B * (1 + offset)] * 200))
+    assert (verdict is not None) is fires
+    if fires:
+        assert verdict.evidence.get("above_baseline", False) is (offset > 0.05)
 
 
 def test_one_noisy_report_does_not_reset_the_window():
     values = [B] * 200
-    values[60] = 1.5 * B  # 50% off on its own, 2.5% off in a 20-report mean
+    values[60] = 0.5 * B  # 50% below on its own, 2.5% in a 20-report mean
     assert first_firing(losses(values)).step == 100
     assert first_firing(losses(values), RuleSettings(baseline_loss=B, smoothing=1)).step == 161
 

@@ -118,8 +118,11 @@ def test_a_copied_seal_does_not_vouch_for_another_folder(tmp_path, monkeypatch):
         check(planted)
     assert "not in this folder" in info.value.problem
     (mine / "sweep.yaml").write_text("name: handed-over\ntrainer: evil:train\n")
-    with pytest.raises(SpecError):
+    with pytest.raises(SpecError) as info:
         check(mine)  # sweep.yaml names the trainer: changed behind the seal's back
+    assert "sweep.yaml in" in info.value.problem and "changed since the sweep ran" in \
+        info.value.problem, "named as the edit it is, not as someone else's folder"
+    assert "--trust-state" not in info.value.fix and "--warm-start" in info.value.fix
     with pytest.raises(SpecError) as info:
         check(mine, command="audit")
     assert "sweeps audit" in info.value.fix and "resume" not in info.value.fix

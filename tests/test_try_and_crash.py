@@ -9,7 +9,7 @@ import torch
 
 from sweeps.commands.cli import main
 from sweeps.spec.loader import load_sweep
-from sweeps.trial.failures import classify
+from sweeps.trial.failures import classify, process_exit_raises
 from sweeps.trial.run import run_trainer
 from tests.conftest import edit_linreg
 
@@ -184,3 +184,16 @@ def test_the_sampled_lr_a_trial_is_judged_against_includes_the_lr_probe(linreg_d
     assert trial_settings(sweep, trial_values(sweep, {"lr": 0.01})).sampled_lr == 0.01
     assert trial_settings(sweep, trial_values(sweep, config)).sampled_lr == 0.02
     assert trial_settings(sweep, {}).sampled_lr is None  # no lr knob: the check is skipped
+
+
+def test_dataloader_workers_forked_by_a_trainer_end_normally():
+    """A forked DataLoader worker keeps the trainer thread's id; its own ``os._exit`` at its
+    end must end it, not raise the trainer's TrainerExit inside the child (``sweeps run``
+    then hung, and ``sweeps try`` printed trainer_exit verdicts for a stable trial)."""
+    data = torch.utils.data.TensorDataset(torch.arange(64.0))
+    with process_exit_raises():
+        for _ in range(2):
+            loader = torch.utils.data.DataLoader(
+                data, batch_size=8, num_workers=2,
+                multiprocessing_context=torch.multiprocessing.get_context("fork"))
+            assert sum(float(b[0].sum()) for b in loader) == sum(range(64))

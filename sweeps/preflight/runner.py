@@ -85,6 +85,12 @@ def _checks(sweep: Sweep) -> tuple[Sweep, list[Finding]]:
                 findings.append(Finding("hooks", "error", f"{SCHEDULER_HOOK} raised "
                                         f"{type(exc).__name__}: {exc}", "fix the hook"))
             else:
+                if lrs is None:
+                    findings.append(Finding(
+                        "schedule", "info", "the LR schedule was not checked: "
+                        "ReduceLROnPlateau follows a metric, which preflight does not train "
+                        "to see (the rules judge the LR the trials report)"))
+                    break
                 findings.extend(check_curve(lrs, float(values["lr"]),
                                             trial_settings(sweep, values), label or "config"))
     checked = [v for v in _representative(sweep) if "lr" in v] if sched is not None else []

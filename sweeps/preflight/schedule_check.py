@@ -17,11 +17,16 @@ SchedulerHook = Callable[[dict, torch.optim.Optimizer], Any]
 PEAK_SLACK = 1e-6
 
 
-def lr_curve(hook: SchedulerHook, config: dict[str, Any], lr: float, steps: int) -> list[float]:
-    """The LR in the optimizer at each of ``steps`` optimizer steps (read before stepping)."""
+def lr_curve(hook: SchedulerHook, config: dict[str, Any], lr: float,
+             steps: int) -> list[float] | None:
+    """The LR in the optimizer at each of ``steps`` optimizer steps (read before stepping);
+    None for a schedule that follows a metric (``ReduceLROnPlateau``: no curve without
+    training)."""
     param = torch.zeros(1, requires_grad=True)
     optimizer = torch.optim.SGD([param], lr=lr)
     scheduler = hook(config, optimizer)
+    if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+        return None
     lrs = []
     for _ in range(steps):
         lrs.append(float(optimizer.param_groups[0]["lr"]))

@@ -30,7 +30,8 @@ from sweeps.rules.verdict import Verdict
 
 def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdict | None:
     """Fail when the smoothed loss stayed within ``flat_tolerance`` x ``baseline_loss`` of
-    the baseline at every report of the last ``flat_patience`` steps *and* made no real
+    the baseline, or above it (no better than guessing: ``above_baseline`` in the
+    evidence), at every report of the last ``flat_patience`` steps *and* made no real
     progress there: the drop of a least-squares line through the stretch's losses, plus
     one standard error of it, is below ``flat_min_progress`` x ``baseline_loss`` (so the
     loss is fairly surely not falling by that much per window; a slow learner still
@@ -63,8 +64,8 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
         return None
     span, band = settings.smoothing, settings.flat_tolerance * baseline
     newest = newest_finite(history, key, first, span)
-    if not newest or abs(sum(newest) / len(newest) - baseline) > band:
-        return None
+    if not newest or baseline - sum(newest) / len(newest) > band:
+        return None  # below the band: better than guessing
     now = newest_step(history)
     start = now - settings.flat_patience
     if start < settings.warmup_steps:
@@ -80,9 +81,9 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
         sum(series[max(0, i - span + 1) : i + 1]) / min(span, i + 1)
         for i in range(len(series) - checked, len(series))
     ]
+    if max(baseline - s for s in smoothed) > band:
+        return None  # it was better than guessing in the window
     worst = max(abs(s - baseline) for s in smoothed)
-    if worst > band:
-        return None
     drop, noise = trend(series[len(series) - checked:])
     if drop + noise >= settings.flat_min_progress * baseline:
         return None  # still in the band, but learning: slow, not stuck
@@ -93,6 +94,7 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
         "smoothed_loss": smoothed[-1],
         "baseline": baseline,
         "max_relative_deviation": worst / baseline,
+        **({"above_baseline": True} if smoothed[-1] > baseline + band else {}),
         "tolerance": settings.flat_tolerance,
         "flat_since_step": since,
         "patience_steps": settings.flat_patience,

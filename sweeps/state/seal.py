@@ -64,16 +64,39 @@ def _key(create: bool) -> bytes | None:
 SEALED_FILES = (layout.SWEEP_FILE, layout.STATE_FILE)
 
 
-def _binding(folder: Path, folder_id: str) -> str:
-    """What the MAC covers: the id, the folder's device and inode, the sealed files."""
-    info = folder.stat()
-    parts = [folder_id, f"{info.st_dev}:{info.st_ino}"]
+def _digests(folder: Path) -> dict[str, str]:
+    """The sealed files' digests (``-`` for a missing one)."""
+    out = {}
     for name in SEALED_FILES:
         try:
-            parts.append(hashlib.sha256((folder / name).read_bytes()).hexdigest())
+            out[name] = hashlib.sha256((folder / name).read_bytes()).hexdigest()
         except FileNotFoundError:
-            parts.append("-")
-    return "|".join(parts)
+            out[name] = "-"
+    return out
+
+
+def _binding(folder: Path, folder_id: str, digests: dict[str, str] | None = None) -> str:
+    """What the MAC covers: the id, the folder's device and inode, the sealed files (their
+    digests now, or ``digests``)."""
+    info = folder.stat()
+    digests = digests if digests is not None else _digests(folder)
+    return "|".join([folder_id, f"{info.st_dev}:{info.st_ino}",
+                     *(digests.get(name, "-") for name in SEALED_FILES)])
+
+
+def edited_files(folder: Path) -> list[str]:
+    """The sealed files changed since the seal, when the seal is otherwise this account's
+    for this folder (it verifies over the digests it recorded); else []."""
+    key = _key(create=False)
+    try:
+        data = json.loads((folder / SEAL_FILE).read_text())
+        recorded = {str(k): str(v) for k, v in dict(data["files"]).items()}
+        valid = key is not None and hmac.compare_digest(
+            _mac(key, _binding(folder, str(data["id"]), recorded)), str(data["mac"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    now = _digests(folder)
+    return [name for name in SEALED_FILES if valid and recorded.get(name) != now[name]]
 
 
 def _mac(key: bytes, text: str) -> str:
@@ -94,9 +117,10 @@ def seal(folder: Path) -> str | None:
         why = f"{key_path()} is unreadable or empty"
     if key is None:
         return why
-    folder_id = secrets.token_hex(16)
+    folder_id, digests = secrets.token_hex(16), _digests(folder)
     write_text(folder / SEAL_FILE, json.dumps(
-        {"id": folder_id, "mac": _mac(key, _binding(folder, folder_id))}), private=True)
+        {"id": folder_id, "mac": _mac(key, _binding(folder, folder_id, digests)),
+         "files": digests}), private=True)
     return None
 
 
@@ -140,6 +164,13 @@ def check(folder: Path, trust: bool = False, command: str = "resume") -> None:
         return
     fix = (f"{command} only results folders your own sweeps wrote; if you trust this one as "
            f"you would its code, run `sweeps {command} {folder} --trust-state`")
+    edited = [] if _sealed_here(folder) else edited_files(folder)
+    if edited:
+        raise SpecError("DIR", f"{', '.join(edited)} in {folder} changed since the sweep ran; "
+                        f"{command} runs the sweep as it was saved (a search space edited "
+                        "there or in your sweep file is not applied to a sweep under way)",
+                        f"put it back as it was for `sweeps {command}`, or run a new sweep "
+                        f"seeded from this one: sweeps run FILE --warm-start {folder}")
     if not _sealed_here(folder):
         raise SpecError("DIR", f"{folder} was not written by sweeps under this account, or "
                         f"not in this folder (no {SEAL_FILE} that verifies here: a seal binds "

@@ -74,12 +74,14 @@ class TrainerExit(BaseException):  # noqa: N818 - mirrors SystemExit
 
 
 _REAL_EXIT = os._exit
-#: Threads running a trainer: ``os._exit`` called from one of them raises instead.
-_GUARDED: set[int] = set()
+#: (process, thread) running a trainer: ``os._exit`` called from one of them raises
+#: instead. The process counts: a child forked from that thread (a DataLoader worker)
+#: keeps the thread's id, and its own ``os._exit`` at its end must end it.
+_GUARDED: set[tuple[int, int]] = set()
 
 
 def _guarded_exit(code: int) -> None:
-    if threading.get_ident() in _GUARDED:
+    if (os.getpid(), threading.get_ident()) in _GUARDED:
         raise TrainerExit(int(code))
     _REAL_EXIT(code)
 
@@ -103,7 +105,7 @@ def process_exit_raises() -> Iterator[None]:
     Other threads (Ray's own) keep the real ``os._exit``.
     """
     install_exit_guard()
-    owner = threading.get_ident()
+    owner = (os.getpid(), threading.get_ident())
     _GUARDED.add(owner)
     try:
         yield

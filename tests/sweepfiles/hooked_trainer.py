@@ -17,6 +17,8 @@ def lr_scheduler(config, optimizer):
     steps = config["sweep"]["max_steps"]
     if t.get("schedule") == "restarts":
         return torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(optimizer, T_0=steps // 4)
+    if t.get("schedule") == "plateau":  # stepped with the validation loss
+        return torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, patience=2)
     warmup = int(t.get("warmup", 0))
     floor = float(t.get("min_lr", 0.0)) / float(t["lr"])  # an absolute floor, as a factor
 
