@@ -303,3 +303,20 @@ def test_a_grid_over_grad_clip_recommends_a_clip_it_tested():
     clip, why = stability.recommend_clip(rows, 0.01, quality, clip_is_second=True)
     assert clip == 0.5 and "0.01 × 0.5 is the best stable cell at 0.01" in why
     assert stability.recommend_clip(rows, 0.01, quality)[0] < 0.1, "norms: a clip never run"
+
+
+def test_a_new_grid_keeps_the_previous_grids_files(tmp_path):
+    """A second ``sweeps stability`` moved nothing aside: the first grid's table was gone."""
+    from sweeps.commands.stability import keep_previous_grid
+
+    out = tmp_path / "stability"
+    assert keep_previous_grid(out) is None
+    (out / "trials").mkdir(parents=True)
+    for name in ("stability.csv", "stability.md", "preflight.md", "boundary.md"):
+        (out / name).write_text(name)
+    kept = keep_previous_grid(out)
+    assert sorted(p.name for p in kept.iterdir()) == ["stability.csv", "stability.md", "trials"]
+    assert sorted(p.name for p in out.iterdir() if p.is_file()) == ["boundary.md",
+                                                                  "preflight.md"]
+    (out / "stability.csv").write_text("again")
+    assert keep_previous_grid(out) != kept, "a second one in the same second gets its own"

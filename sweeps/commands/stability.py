@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import importlib
 import math
-import shutil
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,7 @@ from sweeps.spec.loader import Sweep
 from sweeps.spec.trainer_loader import load_trainer
 from sweeps.state.atomic import write_text
 from sweeps.state.folder_lock import claim
-from sweeps.terminal import clean, echo
+from sweeps.terminal import clean, echo, echo_stderr
 from sweeps.trial.failures import error_line
 from sweeps.trial.gpu import trial_device
 from sweeps.trial.run import prepare_process, run_trainer, trial_values
@@ -98,12 +99,35 @@ def run_stability(sweep: Sweep, param: str, values: list[Any], *, seeds: int = 3
     runs = stability.plan(base, param, values, [sweep.spec.seed + i for i in range(seeds)], second)
     check_address(address)  # before the earlier grid's runs are removed
     with claim(sweep.output_dir, "stability"):  # one owner per results folder
-        shutil.rmtree(sweep.output_dir / FOLDER, ignore_errors=True)
+        kept = keep_previous_grid(sweep.output_dir)
+        if kept is not None:
+            echo_stderr(f"note: the previous grid's files were moved to {kept}")
         with books_of(sweep):
             book = open_book(sweep, FOLDER)
             with ray_running(address):
                 run_configs(sweep, book, runs, "ray", progress=progress, stage=STABILITY)
             return write_stability(sweep, book, names)
+
+
+#: A grid's own files in the stability folder (the preflight's and the probe's stay).
+GRID_FILES = ("stability.csv", "stability.md", "stability_map.png", FOLDER)
+
+
+def keep_previous_grid(out: Path) -> Path | None:
+    """Move an earlier grid's files into ``out/grid-<timestamp>/`` (a new grid replaced
+    them before), or None when there were none."""
+    found = [out / name for name in GRID_FILES if (out / name).exists()]
+    if not found:
+        return None
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    target, n = out / f"grid-{stamp}", 1
+    while target.exists():
+        n += 1
+        target = out / f"grid-{stamp}-{n}"
+    target.mkdir(parents=True)
+    for path in found:
+        os.replace(path, target / path.name)
+    return target
 
 
 def quality_of(sweep: Sweep) -> stability.Quality | None:
