@@ -90,7 +90,7 @@ def test_a_knob_written_to_a_config_group_picks_its_option(tmp_path: Path) -> No
     ({"type": "categorical", "choices": ["sgd", "fsat"]}, "search_space.schedule.choices",
      "available options in 'train': "),
     ({"type": "uniform", "low": 0.0, "high": 1.0}, "search_space.schedule",
-     "a Hydra config group, whose values are the group's options"),
+     "choices: [sgd, slow]"),  # the group's real options, not a placeholder
 ])
 def test_a_group_knob_that_cannot_compose_is_bad_input(tmp_path: Path, entry, key,
                                                        says) -> None:
@@ -136,3 +136,31 @@ def test_the_hydra_example_validates_and_its_entry_point_takes_overrides(tmp_pat
         capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "regression-adam: val_loss" in done.stdout and "at step 4" in done.stdout
+
+
+def test_a_key_only_some_group_options_have_is_bad_input(tmp_path: Path) -> None:
+    """``train.tag`` is in train=slow and not in train=sgd: a trial of sgd would get it from
+    nowhere (the closest-path hint pointed at another key, and new_keys added it)."""
+    folder = _with_group_knob(_hydra_linreg(tmp_path))
+    edit_linreg(folder, search_space={"lr": {"type": "loguniform", "low": 1e-3, "high": 0.5},
+                                      "schedule": {"type": "categorical",
+                                                   "choices": ["sgd", "slow"]},
+                                      "tag": {"type": "categorical", "choices": ["a", "b"]}},
+                write_back={"lr": "train.lr", "schedule": "train", "tag": "train.tag"},
+                new_keys=True)
+    with pytest.raises(SpecError) as caught:
+        load_sweep(folder / "linreg.yaml", workdir=folder, import_trainer=False)
+    assert caught.value.key == "write_back.tag"
+    assert "in the config composed with train=slow but not with train=sgd" in \
+        caught.value.problem
+
+
+def test_a_knob_written_inside_a_group_with_its_options_gets_a_note(tmp_path: Path) -> None:
+    """``write_back: {schedule: train.fail}`` with choices [sgd, slow]: one string changes
+    and the rest of the group stays; the note says how to switch the group."""
+    folder = _with_group_knob(_hydra_linreg(tmp_path))
+    edit_linreg(folder, write_back={"lr": "train.lr", "schedule": "train.fail"})
+    sweep = load_sweep(folder / "linreg.yaml", workdir=folder, import_trainer=False)
+    assert sweep.groups is None
+    assert any("a key inside the config group 'train'" in n and "write_back: {schedule: "
+               "train}" in n for n in sweep.notes)

@@ -47,8 +47,35 @@ def primary_groups(data: Mapping[str, Any]) -> dict[str, str | None]:
     return out
 
 
+def group_options(conf_dir: Path, group: str) -> list[str]:
+    """The options of a config group: the YAML files in its folder."""
+    folder = conf_dir / group
+    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+
+
+def inner_name_notes(write_back: Mapping[str, str], knobs: Mapping[str, Any],
+                     groups: Mapping[str, str | None], conf_dir: Path) -> list[str]:
+    """A note per categorical knob written to a key inside a config group whose choices
+    are that group's options (``optim.name: [sgd, adamw]``): it changes one string, and
+    the rest of the group stays the primary config's option."""
+    notes = []
+    for knob, path in write_back.items():
+        group, _, inner = path.partition(".")
+        entry = knobs.get(knob)
+        if not inner or group not in groups or not isinstance(entry, Categorical):
+            continue
+        options = set(group_options(conf_dir, group))
+        if len(entry.choices) > 1 and {str(c) for c in entry.choices} <= options:
+            notes.append(f"write_back.{knob}: '{path}' is a key inside the config group "
+                         f"'{group}', so a trial changes that string and keeps the rest of "
+                         f"{group}={groups[group]}; to switch the whole group write the knob "
+                         f"to '{group}' (write_back: {{{knob}: {group}}})")
+    return notes
+
+
 def group_knobs(write_back: Mapping[str, str], knobs: Mapping[str, Any],
-                groups: Mapping[str, str | None]) -> dict[str, str]:
+                groups: Mapping[str, str | None],
+                conf_dir: Path | None = None) -> dict[str, str]:
     """``knob -> group`` for the knobs written to a config group's name; a knob there
     whose values are not options (a number range) is a SpecError naming it."""
     out = {}
@@ -59,10 +86,11 @@ def group_knobs(write_back: Mapping[str, str], knobs: Mapping[str, Any],
         values = entry.choices if isinstance(entry, Categorical) else \
             [entry.value] if isinstance(entry, Fixed) else None
         if values is None or not all(isinstance(v, str) for v in values):
+            options = group_options(conf_dir, path) if conf_dir is not None else []
+            shown = ", ".join(options or [groups[path] or "option_a", "option_b"])
             raise SpecError(f"search_space.{knob}", f"write_back writes it to '{path}', a "
                             "Hydra config group, whose values are the group's options",
-                            f"write e.g. {knob}: {{type: categorical, choices: "
-                            f"[{groups[path] or 'option_a'}, option_b]}}")
+                            f"write e.g. {knob}: {{type: categorical, choices: [{shown}]}}")
         out[knob] = path
     return out
 

@@ -29,7 +29,13 @@ from sweeps.errors import SpecError, a_type
 from sweeps.rules.settings import RuleSettings
 from sweeps.spec import hydra_config, probed, strict_yaml
 from sweeps.spec.config_paths import collision, get_path, leaf_paths, split_path, with_values
-from sweeps.spec.hydra_groups import GroupKnobs, compose_variants, group_knobs, primary_groups
+from sweeps.spec.hydra_groups import (
+    GroupKnobs,
+    compose_variants,
+    group_knobs,
+    inner_name_notes,
+    primary_groups,
+)
 from sweeps.spec.space import (
     KNOB_TYPES,
     Categorical,
@@ -489,7 +495,9 @@ def load_sweep_dict(data: Any, *, base_dir: Path, workdir: Path,
                       base_config)
     _check_initial_points(spec.initial_points, space)
     objectives = list(spec.objectives)
-    notes: list[str] = []
+    notes: list[str] = _inner_name_notes(spec, space, dirs)
+    if groups:
+        _check_every_option_has(write_back, groups.configs)
     for variant, config in (groups.configs.items() if groups else [("", base_config)]):
         found = new_path_notes(write_back, config)
         if found and not spec.new_keys:
@@ -610,10 +618,39 @@ def _groups(spec: SweepFile, space: dict[str, _Knob], dirs: Dirs) -> GroupKnobs 
     if not hydra_config.is_hydra(raw):
         return None
     defaults = primary_groups(raw)
-    knobs = group_knobs(spec.write_back, space, defaults)
+    knobs = group_knobs(spec.write_back, space, defaults, path.parent)
     if not knobs:
         return None
     return compose_variants(path, knobs, space, defaults, hydra_config.compose)
+
+
+def _inner_name_notes(spec: SweepFile, space: dict[str, _Knob], dirs: Dirs) -> list[str]:
+    """Notes on knobs written to a key inside a Hydra config group whose choices are the
+    group's options (:func:`sweeps.spec.hydra_groups.inner_name_notes`)."""
+    if spec.hydra_groups is not None or not isinstance(spec.base_config, str) or \
+            is_json_file(spec.base_config):
+        return []
+    path = _resolve(spec.base_config, dirs)
+    raw = read_yaml(path, "base_config")
+    if not hydra_config.is_hydra(raw):
+        return []
+    return inner_name_notes(spec.write_back, space, primary_groups(raw), path.parent)
+
+
+def _check_every_option_has(write_back: dict[str, str],
+                            configs: dict[str, dict[str, Any]]) -> None:
+    """A path some composed option combinations have and others lack is a SpecError: a
+    knob must write a key every option it may be composed with has."""
+    for knob, path in write_back.items():
+        have = [v for v, c in configs.items() if get_path(c, path, None) is not None]
+        lack = [v for v in configs if v not in have]
+        if have and lack:
+            raise SpecError(f"write_back.{knob}", f"'{path}' is in the config composed with "
+                            f"{have[0]} but not with {lack[0]}: a trial of those options "
+                            "would get the key from nowhere (or, added, a key its options "
+                            "do not have)", "give every searched option the key (e.g. "
+                            f"{path.rsplit('.', 1)[-1]}: 0.0 in its file), or leave the "
+                            "options that lack it out of the search")
 
 
 def _space(value: str | dict[str, Any], dirs: Dirs) -> tuple[dict[str, _Knob], bool]:
