@@ -34,7 +34,7 @@ from sweeps.spec.loader import Sweep
 from sweeps.state import check as state_check
 from sweeps.state import folder_lock, saved_sweep
 from sweeps.state import seal as state_seal
-from sweeps.state.atomic import write_text
+from sweeps.state.atomic import remove_left_behind, write_text
 from sweeps.state.layout import SELECTION_NOTES, STUDY_FILE, TRACKING_NOTE
 from sweeps.terminal import echo_stderr
 from sweeps.trial.knob_check import sweep_problem
@@ -160,6 +160,10 @@ def resume_sweep(folder: Path, *, address: str | None = None, progress: bool = T
     state_seal.check(folder, trust=trust_state)  # before anything in it is touched
     with folder_lock.claim(folder, "resume"):
         state_check.check_for_resume(folder, echo=echo_stderr)
+        left = remove_left_behind(folder, ("trials", "stable", "stability"))
+        if left:
+            echo_stderr(f"note: removed {len(left)} temporary file(s) a killed write left "
+                        f"(e.g. {left[0].relative_to(folder)})")
         sweep = load_resolved(folder, project)
         if project is not None:
             save_resolved(sweep)  # its trials run there from now on

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -56,3 +57,27 @@ def replace_dir(path: Path, fill: Callable[[Path], None]) -> None:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+#: What :func:`write_bytes` and :func:`replace_dir` leave when the process is killed
+#: before their ``os.replace``: ``.<name>.<8 characters of mkstemp's>``, or ``.<name>.old``.
+_LEFT_BEHIND = re.compile(r"\.(?P<name>.+)\.(?:[a-z0-9_]{8}|old)")
+
+
+def remove_left_behind(folder: Path, subfolders: tuple[str, ...] = ()) -> list[Path]:
+    """Delete the temporary files and folders a killed atomic write left in ``folder`` (and
+    its ``subfolders``); call it only while the folder is held by this process. Returns
+    what it removed."""
+    removed = []
+    for where in (folder, *(folder / sub for sub in subfolders)):
+        if not where.is_dir() or where.is_symlink():
+            continue
+        for path in where.iterdir():
+            if not _LEFT_BEHIND.fullmatch(path.name) or path.is_symlink():
+                continue
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed

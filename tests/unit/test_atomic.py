@@ -60,3 +60,21 @@ def test_replace_dir_failure_keeps_the_old_directory(tmp_path: Path) -> None:
         replace_dir(target, fill)
     assert sorted(p.name for p in target.iterdir()) == ["old.png"]
     assert _litter(tmp_path) == []
+
+
+def test_what_a_killed_write_left_is_removed_and_nothing_else(tmp_path):
+    """A driver killed during the final writes left ``trials/.2116a39c.csv.dy10lddo``;
+    resume removes such files (and replace_dir's ``.<name>.old``), not the folder's own."""
+    from sweeps.state.atomic import remove_left_behind
+
+    (tmp_path / "trials").mkdir()
+    left = [tmp_path / "trials" / ".2116a39c.csv.dy10lddo", tmp_path / ".trials.csv.ab_12cd9",
+            tmp_path / ".stable.old"]
+    kept = [tmp_path / ".sweeps.owner", tmp_path / ".sweeps-seal", tmp_path / ".sweeps.lock",
+            tmp_path / ".sweeps-results", tmp_path / "trials" / "a1.jsonl.interrupted",
+            tmp_path / "trials.csv"]
+    for path in left[:2] + kept:
+        path.write_text("x")
+    left[2].mkdir()
+    assert sorted(remove_left_behind(tmp_path, ("trials", "stable"))) == sorted(left)
+    assert all(p.exists() for p in kept) and not any(p.exists() for p in left)
