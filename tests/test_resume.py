@@ -95,6 +95,17 @@ def test_driver_killed_mid_sweep_resumes_without_losing_trials(linreg_dir, monke
         assert (out / "trials" / f"{trial_id}.jsonl").read_text() == histories_before[trial_id]
     assert list((out / "stable").glob("rank-01-*.yaml"))
     assert main(["best", str(out)]) == 0
+    # resumed once more, finished: nothing runs again, and MLflow holds the sweep once
+    assert main(["resume", str(out), "--quiet"]) == 0
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("resumable").experiment_id
+    parents = client.search_runs([exp], "tags.`sweeps.kind` = 'sweep'")
+    assert len(parents) == 1, "the earlier logging was replaced, not doubled"
+    children = client.search_runs(
+        [exp], f"tags.mlflow.parentRunId = '{parents[0].info.run_id}'", max_results=1000)
+    assert len(children) == len(read_results_csv(out / "trials.csv"))
 
 
 def test_an_interrupted_sweep_exits_130_and_says_how_to_resume(linreg_dir):

@@ -298,6 +298,19 @@ def _start_loss(history: list[dict]) -> float | None:
     return loss
 
 
+def logged_parent(note: Path, uri: str) -> str | None:
+    """The parent run an earlier logging of this sweep to ``uri`` made (``tracking.txt``),
+    else None."""
+    try:
+        lines = note.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    if f"MLflow: {uri}" not in lines:
+        return None
+    return next((line.removeprefix("parent run: ").strip() for line in lines
+                 if line.startswith("parent run: ")), None)
+
+
 def write_outputs(sweep: Sweep, book: TrialBook, front: list[TrialRecord],
                   chosen: confirmation.Selection, tracking_uri: str | None = None
                   ) -> SweepOutcome:
@@ -326,7 +339,8 @@ def write_outputs(sweep: Sweep, book: TrialBook, front: list[TrialRecord],
     full = resolve_tracking_uri(sweep, tracking_uri)
     uri, tracked, error = hide_credentials(full), None, None
     try:
-        logged = log_sweep(sweep, book, tags, tracking_uri)
+        logged = log_sweep(sweep, book, tags, tracking_uri,
+                           replaces=logged_parent(out / TRACKING_NOTE, uri))
         tracked = uri
         note = [f"MLflow: {uri}", f"experiment: {sweep.name}", f"parent run: {logged.run_id}"]
         note += [f"metric renamed for MLflow: {k!r} -> {v!r}"

@@ -111,9 +111,13 @@ def check_reachable(uri: str) -> None:
 
 
 def log_sweep(sweep: Sweep, book: TrialBook, selection_tags: dict[str, dict[str, str]],
-              uri: str | None = None) -> Logged:
+              uri: str | None = None, replaces: str | None = None) -> Logged:
     """Log the whole sweep; returns the parent run id and the metric names renamed for
-    MLflow. ``selection_tags``: per trial id, the tags of its selection verdict and rank."""
+    MLflow. ``selection_tags``: per trial id, the tags of its selection verdict and rank.
+    ``replaces``: the parent run an earlier logging of this sweep made (a resume logs the
+    whole sweep again): once the new one is logged, it and its trials' runs are deleted
+    (MLflow's soft delete: ``mlflow runs restore`` brings them back), so the experiment
+    holds the sweep once."""
     from mlflow.entities import Metric, Param, RunTag
     from mlflow.tracking import MlflowClient
 
@@ -151,7 +155,22 @@ def log_sweep(sweep: Sweep, book: TrialBook, selection_tags: dict[str, dict[str,
             pass
         raise
     client.set_terminated(pid, "FINISHED")
+    if replaces and replaces != pid:
+        _delete_logged(client, exp_id, replaces)
     return Logged(pid, renamed)
+
+
+def _delete_logged(client, exp_id: str, parent_id: str) -> None:
+    """Soft-delete an earlier parent run and its children (gone already: nothing to do)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        children = client.search_runs([exp_id], f"tags.mlflow.parentRunId = '{parent_id}'")
+        for run in children:
+            client.delete_run(run.info.run_id)
+        client.delete_run(parent_id)
+    except MlflowException:
+        pass
 
 
 def _log_trial(client, exp_id: str, parent_id: str, rec: TrialRecord,
