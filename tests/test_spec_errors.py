@@ -36,6 +36,9 @@ CASES = {
     "knob without write_back": (lambda d: d["search_space"].update(
         momentum={"type": "uniform", "low": 0.0, "high": 0.9}), "write_back.momentum",
         "momentum: section.momentum"),
+    "a choice listed twice": (lambda d: d["search_space"].update(
+        lr={"type": "categorical", "choices": [0.1, 0.01, 0.1]}), "search_space.lr",
+        "list each choice once"),
     "log bound <= 0": (lambda d: d["search_space"].update(
         lr={"type": "loguniform", "low": 0.0, "high": 1.0}), "search_space.lr.low",
         "greater than 0"),

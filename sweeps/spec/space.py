@@ -104,6 +104,18 @@ class Categorical(_Knob):
     type: Literal["categorical"]
     choices: list[Scalar | None] = Field(min_length=1)
 
+    @model_validator(mode="after")
+    def _once_each(self) -> Categorical:
+        seen: list[Any] = []
+        for choice in self.choices:
+            if any(choice == s and type(choice) is type(s) for s in seen):
+                raise PydanticCustomError(
+                    "choice_twice", "{choice} is listed twice",
+                    {"choice": choice, "fix": "list each choice once (a choice listed twice "
+                     "is sampled twice as often)"})
+            seen.append(choice)
+        return self
+
     def distribution(self) -> optuna.distributions.BaseDistribution:
         import optuna
 
