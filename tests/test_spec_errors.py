@@ -245,3 +245,14 @@ def test_a_key_given_twice_on_one_line_exits_2(line, key, linreg_dir, capsys, mo
     code, err = _run_cli(linreg_dir, path, capsys, monkeypatch)
     assert code == 2
     assert f"line {len(kept) + 1}: key {key!r} is given twice (on the same line)" in err
+
+
+def test_an_eval_loss_objective_is_told_the_adapter_reports_val_loss(linreg_dir):
+    """A Hugging Face user writes the Trainer's own name; train_hf reports it as val_loss,
+    which `validate` could not say before a whole `try` had run."""
+    from sweeps.spec.loader import load_sweep
+
+    edit_linreg(linreg_dir, objectives=[{"metric": "eval_loss", "mode": "min"}])
+    sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir, import_trainer=False)
+    assert any(n.startswith("objectives.0: the Hugging Face adapter (train_hf) reports the "
+                            "Trainer's eval_loss as val_loss") for n in sweep.notes)

@@ -510,6 +510,9 @@ def load_sweep_dict(data: Any, *, base_dir: Path, workdir: Path,
         notes.append("compile mode is searched: step_time (steady state) added as an objective")
     seen: set[str] = set()
     for i, obj in enumerate(objectives):
+        if obj.metric == "eval_loss":
+            notes.append(f"objectives.{i}: the Hugging Face adapter (train_hf) reports the "
+                         "Trainer's eval_loss as val_loss: with it, name val_loss")
         if obj.metric in seen:
             raise SpecError(f"objectives.{i}.metric", f"{obj.metric!r} is listed twice",
                             "list each objective metric once")
