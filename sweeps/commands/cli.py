@@ -38,7 +38,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from sweeps.spec.loader import load_sweep
 
     sweep = load_sweep(args.file, workdir=Path.cwd())
-    grouped = sweep.groups.knobs if sweep.groups else {}
+    grouped = sweep.grouped
     knobs = ", ".join(f"{k} ({v.type}" + (f": Hydra config group {grouped[k]}" if k in grouped
                                           else "") + ")"
                       for k, v in sweep.space.items())  # the type as the sweep file writes it

@@ -16,6 +16,7 @@ from sweeps.protocol import (
     SELECTION_REASON,
 )
 from sweeps.results import plots
+from sweeps.results.export import header_lines
 from sweeps.results.figures import draw
 from sweeps.results.folder_data import (
     MAX_FAILED_CURVES,
@@ -191,10 +192,10 @@ def _warning_html(res: Results) -> str:
     if not res.stable:
         return ""
     try:
-        head = (res.folder / res.stable[0]).read_text().splitlines()
+        head = header_lines(res.folder / res.stable[0])  # of a JSON one: its .header
     except OSError:
         return ""
-    lines = [h[2:] for h in head if h.startswith(("# WARNING", "# your base config:"))
+    lines = [h for h in head if h.startswith(("WARNING", "your base config:"))
              or "UNCONFIRMED" in h]
     return "".join(f"<p class=note><b>{e(line)}</b></p>" for line in lines)
 

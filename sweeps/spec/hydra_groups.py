@@ -14,6 +14,7 @@ override list starts with the group choices (``optim=adamw training.lr=0.003 …
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,7 +140,7 @@ class GroupKnobs:
     def to_data(self) -> dict[str, Any]:
         """As kept in ``sweep.yaml`` (``hydra_groups``)."""
         return {"knobs": dict(self.knobs), "defaults": dict(self.defaults),
-                "configs": {k: v for k, v in self.configs.items()}}
+                "configs": dict(self.configs)}
 
     @classmethod
     def from_data(cls, data: Mapping[str, Any]) -> GroupKnobs:
@@ -163,9 +164,7 @@ def compose_variants(path: Path, knobs: Mapping[str, str], space: Mapping[str, A
     for knob in knobs:
         entry = space[knob]
         options[knob] = list(entry.choices) if isinstance(entry, Categorical) else [entry.value]
-    count = 1
-    for values in options.values():
-        count *= len(values)
+    count = math.prod(len(values) for values in options.values())
     if count > MAX_COMBINATIONS:
         raise SpecError(f"search_space.{next(iter(knobs))}", f"the group knobs make {count} "
                         f"combinations of config-group options, more than {MAX_COMBINATIONS}",

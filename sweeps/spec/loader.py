@@ -277,12 +277,17 @@ class Sweep:
                        max_steps: int | None = None) -> dict[str, Any]:
         """Knob values keyed by their write-back paths, and the step count (``max_steps``,
         else ``budget.max_steps``) at ``write_back.max_steps`` when the sweep maps it."""
-        grouped = self.groups.knobs if self.groups else {}
-        out = {self.spec.write_back[k]: v for k, v in values.items() if k not in grouped}
+        out = {self.spec.write_back[k]: v for k, v in values.items()
+               if k not in self.grouped}
         steps_path = self.steps_path
         if steps_path is not None:
             out[steps_path] = max_steps or self.spec.budget.max_steps
         return out
+
+    @property
+    def grouped(self) -> dict[str, str]:
+        """``knob -> Hydra config group`` of the knobs that pick a group's option."""
+        return self.groups.knobs if self.groups else {}
 
     def base_for(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """The config a trial's knob values are written into: the base config, or with
@@ -293,8 +298,8 @@ class Sweep:
         """The base config's value of a knob: None where it has none (the key is absent,
         or holds Hydra's missing value ``???``); a group knob's is the primary config's
         option."""
-        if self.groups and knob in self.groups.knobs:
-            return self.groups.defaults.get(self.groups.knobs[knob])
+        if self.groups and knob in self.grouped:
+            return self.groups.defaults.get(self.grouped[knob])
         value = get_path(self.base_config, self.spec.write_back[knob], None)
         return None if value == HYDRA_MISSING else value
 
@@ -310,8 +315,7 @@ class Sweep:
     def base_unset(self) -> list[str]:
         """Knobs the base config leaves at Hydra's missing value ``???``: it is no config
         that runs, so there is no base config to compare with."""
-        grouped = self.groups.knobs if self.groups else {}
-        return [k for k in self.space if k in self.spec.write_back and k not in grouped and
+        return [k for k in self.space if k in self.spec.write_back and k not in self.grouped and
                 get_path(self.base_config, self.spec.write_back[k], None) == HYDRA_MISSING]
 
     @property
@@ -488,14 +492,16 @@ def load_sweep_dict(data: Any, *, base_dir: Path, workdir: Path,
     dirs = (base_dir, workdir)
     base_config = _base_config(spec.base_config, dirs)
     space, to_probe = _space(spec.search_space, dirs)
-    groups = _groups(spec, space, dirs)
+    primary = _hydra_primary(spec, dirs)
+    groups = _groups(spec, space, primary)
     grouped = groups.knobs if groups else {}
     write_back = {k: v for k, v in spec.write_back.items() if k not in grouped}
     _check_write_back(write_back, {k: v for k, v in space.items() if k not in grouped},
                       base_config)
     _check_initial_points(spec.initial_points, space)
     objectives = list(spec.objectives)
-    notes: list[str] = _inner_name_notes(spec, space, dirs)
+    notes: list[str] = inner_name_notes(spec.write_back, space, primary_groups(primary[1]),
+                                        primary[0].parent) if primary else []
     if groups:
         _check_every_option_has(write_back, groups.configs)
     for variant, config in (groups.configs.items() if groups else [("", base_config)]):
@@ -608,36 +614,33 @@ def _base_config(value: str | dict[str, Any] | None, dirs: Dirs) -> dict[str, An
     return dict(data)
 
 
-def _groups(spec: SweepFile, space: dict[str, _Knob], dirs: Dirs) -> GroupKnobs | None:
-    """The knobs that pick a Hydra config group's option, with every combination composed
-    (:mod:`sweeps.spec.hydra_groups`): kept in a results folder's ``sweep.yaml``, else
-    found in a Hydra primary ``base_config``; None without any."""
-    if spec.hydra_groups is not None:
-        return GroupKnobs.from_data(spec.hydra_groups)
-    if not isinstance(spec.base_config, str) or is_json_file(spec.base_config):
+def _hydra_primary(spec: SweepFile, dirs: Dirs) -> tuple[Path, dict[str, Any]] | None:
+    """A ``base_config`` file that is a Hydra primary config, and its data as written
+    (before composing), when the sweep's group knobs are not kept already (a results
+    folder's ``sweep.yaml`` holds them composed); else None."""
+    if spec.hydra_groups is not None or not isinstance(spec.base_config, str) or \
+            is_json_file(spec.base_config):
         return None
     path = _resolve(spec.base_config, dirs)
     raw = read_yaml(path, "base_config")
-    if not hydra_config.is_hydra(raw):
+    return (path, raw) if hydra_config.is_hydra(raw) else None
+
+
+def _groups(spec: SweepFile, space: dict[str, _Knob],
+            primary: tuple[Path, dict[str, Any]] | None) -> GroupKnobs | None:
+    """The knobs that pick a Hydra config group's option, with every combination composed
+    (:mod:`sweeps.spec.hydra_groups`): kept in a results folder's ``sweep.yaml``, else
+    found in the Hydra ``primary`` config; None without any."""
+    if spec.hydra_groups is not None:
+        return GroupKnobs.from_data(spec.hydra_groups)
+    if primary is None:
         return None
+    path, raw = primary
     defaults = primary_groups(raw)
     knobs = group_knobs(spec.write_back, space, defaults, path.parent)
     if not knobs:
         return None
     return compose_variants(path, knobs, space, defaults, hydra_config.compose)
-
-
-def _inner_name_notes(spec: SweepFile, space: dict[str, _Knob], dirs: Dirs) -> list[str]:
-    """Notes on knobs written to a key inside a Hydra config group whose choices are the
-    group's options (:func:`sweeps.spec.hydra_groups.inner_name_notes`)."""
-    if spec.hydra_groups is not None or not isinstance(spec.base_config, str) or \
-            is_json_file(spec.base_config):
-        return []
-    path = _resolve(spec.base_config, dirs)
-    raw = read_yaml(path, "base_config")
-    if not hydra_config.is_hydra(raw):
-        return []
-    return inner_name_notes(spec.write_back, space, primary_groups(raw), path.parent)
 
 
 def _check_every_option_has(write_back: dict[str, str],

@@ -95,8 +95,10 @@ def edited_files(folder: Path) -> list[str]:
             _mac(key, _binding(folder, str(data["id"]), recorded)), str(data["mac"]))
     except (OSError, ValueError, KeyError, TypeError):
         return []
+    if not valid:
+        return []
     now = _digests(folder)
-    return [name for name in SEALED_FILES if valid and recorded.get(name) != now[name]]
+    return [name for name in SEALED_FILES if recorded.get(name) != now[name]]
 
 
 def _mac(key: bytes, text: str) -> str:
@@ -164,14 +166,15 @@ def check(folder: Path, trust: bool = False, command: str = "resume") -> None:
         return
     fix = (f"{command} only results folders your own sweeps wrote; if you trust this one as "
            f"you would its code, run `sweeps {command} {folder} --trust-state`")
-    edited = [] if _sealed_here(folder) else edited_files(folder)
+    sealed = _sealed_here(folder)
+    edited = [] if sealed else edited_files(folder)
     if edited:
         raise SpecError("DIR", f"{', '.join(edited)} in {folder} changed since the sweep ran; "
                         f"{command} runs the sweep as it was saved (a search space edited "
                         "there or in your sweep file is not applied to a sweep under way)",
                         f"put it back as it was for `sweeps {command}`, or run a new sweep "
                         f"seeded from this one: sweeps run FILE --warm-start {folder}")
-    if not _sealed_here(folder):
+    if not sealed:
         raise SpecError("DIR", f"{folder} was not written by sweeps under this account, or "
                         f"not in this folder (no {SEAL_FILE} that verifies here: a seal binds "
                         "to its folder and to sweep.yaml); "

@@ -110,30 +110,33 @@ class WatchedASHA(HangWatch, ASHAScheduler):
         rec = self._book.trials.get(trial.trial_id)
         if rec is None or not rec.history:
             return
-        grace = self.own_grace(trial)
         for entry in rec.history:
             step, value = entry.get("step"), entry.get(self._metric)
             if not isinstance(step, (int, float)) or not isinstance(value, (int, float)) \
-                    or step < grace or (self._last is not None and step >= self._last) \
-                    or self.lr_rising(trial, step, entry):
+                    or self._waits(trial, entry):
                 continue
             super().on_trial_result(None, trial, {self._time_attr: step, self._metric: value})
         self._record_failed(trial)
 
     def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict) -> str:
-        step = result.get("step")
-        if is_rerun(trial) or (isinstance(step, (int, float)) and step < self.own_grace(trial)):
+        if is_rerun(trial) or self._waits(trial, result):
             return TrialScheduler.CONTINUE
-        if isinstance(step, (int, float)) and (
-                (self._last is not None and step >= self._last)
-                or self.lr_rising(trial, step, result)):
-            return TrialScheduler.CONTINUE  # its last step, or still warming up
         return super().on_trial_result(tune_controller, trial, result)
+
+    def _waits(self, trial: Trial, result: dict) -> bool:
+        """Whether ASHA leaves this result of a search trial alone: before the trial's own
+        grace (:meth:`own_grace`), at its last step, or while its LR still rises."""
+        step = result.get("step")
+        if not isinstance(step, (int, float)):
+            return False
+        return step < self.own_grace(trial) or \
+            (self._last is not None and step >= self._last) or \
+            self.lr_rising(trial, step, result)
 
     def lr_rising(self, trial: Trial, step: float, result: dict) -> bool:
         """Whether the LR this result reports is above the one reported before it: a
         warmup the ``warmup`` knob does not describe (OneCycleLR's ``pct_start``, a
-        Hugging Face ``warmup_ratio``) is still going, and ASHA waits for its end."""
+        scheduler's own fixed warmup) is still going, and ASHA waits for its end."""
         lr = result.get("lr")
         rec = self._book.trials.get(trial.trial_id)
         if not isinstance(lr, (int, float)) or rec is None:
