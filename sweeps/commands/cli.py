@@ -413,11 +413,17 @@ def print_selection(outcome) -> None:
         console.print(f"note: {note}")
     kind = "confirmed" if any(c.confirmed for c in chosen.handed_over) or \
         not outcome.stable_paths else "UNCONFIRMED"
+    paired = any(c.shared_mean is not None for c in chosen.handed_over)
     console.print(f"{len(outcome.stable_paths)} {kind} stable config(s) written, best first "
-                  f"(mean {metric} over fresh seeds; worst seed of every seed run, the "
-                  "search's included unless it was cut short):")
+                  f"(mean {metric} over fresh seeds"
+                  + (", ranked on the fresh seeds every one of them ran" if paired else "")
+                  + "; worst seed of every seed run, the search's included unless it was cut "
+                  "short):")
     for conf, path in zip(chosen.handed_over, outcome.stable_paths, strict=False):
         mean = "-" if conf.mean is None else f"{conf.mean:.4g}"
+        if conf.shared_mean is not None:
+            mean += (f" over {len(conf.fresh_quality)} fresh seeds, {conf.shared_mean:.4g} "
+                     f"on seeds {', '.join(map(str, conf.shared_seeds))}")
         worst = "-" if conf.worst is None else f"{conf.worst:.4g}"
         own = (f", your base config{f' with {fixed}' if fixed else ''}"
                if conf.trial_id == chosen.base_id else "")

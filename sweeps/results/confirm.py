@@ -110,6 +110,11 @@ class Confirmation:
     #: Re-runs that crashed before their first step (the worker could not run them: an
     #: import, a path, a node lost), as ``seed N: error``: no evidence either way.
     never_ran: list[str] = field(default_factory=list)
+    #: Mean quality on the fresh seeds every handed-over config ran, when some ran more
+    #: (a narrow margin asks for more seeds): what the ranking compares (set by ``select``).
+    shared_mean: float | None = None
+    #: Those shared fresh seeds (empty when every handed-over config ran the same ones).
+    shared_seeds: list[int] = field(default_factory=list)
     #: Whether it is a search trial (its ``search`` run is on the search seed).
     searched: ClassVar[bool] = True
 
@@ -269,10 +274,18 @@ class Confirmation:
         """Handed over: confirmed, or unconfirmed because no seeds were planned."""
         return self.verdict in HOLDS
 
+    @property
+    def fresh_quality(self) -> dict[int, float]:
+        """Quality on each fresh seed where it ran stable."""
+        return {r.seed: r.quality for r in self.runs if r.status == OK
+                and r.quality is not None and math.isfinite(r.quality)}
+
     def rank_key(self) -> tuple[float, float]:
-        """Mean fresh-seed quality, then the worst seed; smaller is better."""
+        """Mean fresh-seed quality (on the seeds every handed-over config ran, when that
+        is set), then the worst seed; smaller is better."""
         sign = 1.0 if self.quality.mode == "min" else -1.0
-        mean, worst = self.mean, self.worst
+        mean = self.shared_mean if self.shared_mean is not None else self.mean
+        worst = self.worst
         return (sign * mean if mean is not None else math.inf,
                 sign * worst if worst is not None else math.inf)
 
@@ -358,6 +371,11 @@ class Selection:
         top = self.handed_over[0] if self.handed_over else None
         if top is None or top.trial_id != self.base_id:
             return None
+        if not top.searched:
+            return ("your base config held and nothing beat it: it is rank 1 "
+                    f"({top.trial_id}); its own values lie off the search space, so the "
+                    "search never ran them (it started at the nearest point): let the ranges "
+                    "include them, or widen them, to look further")
         return ("your base config held and nothing beat it: it is rank 1 "
                 f"({top.trial_id}); widen the search space to look further")
 
@@ -507,6 +525,32 @@ def base_point(sweep: Sweep) -> dict[str, Any] | None:
     if any(not contains(sweep.space[k], values[k]) for k in varying):
         return None
     return {k: values[k] for k in varying}
+
+
+def nearest_base_point(sweep: Sweep) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """When the base config's own values lie off the search space only by numbers out of
+    range (a ``weight_decay`` of 0 against a log range, say): the search space's point
+    nearest them, and the base values it moved ({knob: base value}). The search starts
+    there, so the sampler learns from your neighbourhood; the base config itself still
+    runs on the fresh seeds (:func:`plan_base`). None when the base point is in the space,
+    or a categorical value is not among its choices."""
+    from sweeps.spec.space import contains, nearest_value, optuna_space
+    from sweeps.trial.tryout import try_values
+
+    if not sweep.spec.confirm.base or sweep.base_unset or base_point(sweep) is not None:
+        return None
+    values = try_values(sweep, {})
+    point: dict[str, Any] = {}
+    moved: dict[str, Any] = {}
+    for k in optuna_space(sweep.space):
+        if contains(sweep.space[k], values[k]):
+            point[k] = values[k]
+            continue
+        near = nearest_value(sweep.space[k], values[k])
+        if near is None:
+            return None
+        point[k], moved[k] = near, values[k]
+    return point, moved
 
 
 def base_trial(sweep: Sweep, book: TrialBook) -> TrialRecord | None:
@@ -768,9 +812,27 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
     mark_poor(judged, ref, base_id, trades)
     if not any(c.holds for c in judged) and judged:
         notes.append(_unsettled_note(sweep, book, judged))
-    holding = sorted((c for c in judged if c.holds), key=Confirmation.rank_key)
+    holding = sorted(pair_on_shared_seeds([c for c in judged if c.holds]),
+                     key=Confirmation.rank_key)
     return Selection(holding + [c for c in judged if not c.holds], ref,
                      steps_by_kind(book, base_id), notes, base_id)
+
+
+def pair_on_shared_seeds(holding: list[Confirmation]) -> list[Confirmation]:
+    """Set each one's :attr:`Confirmation.shared_mean` when they ran different fresh
+    seeds: a config whose narrow margin earned it more seeds is ranked on the seeds the
+    others ran too (the same seeds: the same initial weights and data order), not on a
+    mean its extra seeds' luck moved."""
+    sets = [set(c.fresh_quality) for c in holding]
+    if len(holding) < 2 or all(not s for s in sets) or all(s == sets[0] for s in sets):
+        return holding
+    shared = sorted(set.intersection(*sets))
+    for c in holding:
+        c.shared_mean, c.shared_seeds = None, []
+        if shared:
+            c.shared_mean = statistics.fmean(c.fresh_quality[s] for s in shared)
+            c.shared_seeds = shared
+    return holding
 
 
 def steps_by_kind(book: TrialBook, base_id: str | None = None) -> dict[str, int]:

@@ -107,7 +107,9 @@ def _slug(*parts: str | None) -> str:
 def draw(res: Results, pairs: list[tuple[str, str]] | None = None) -> dict[str, Any]:
     """Write every plot; returns {section: [(file name, caption)], "notes": [...]}."""
     folder, out, notes = res.folder, {}, []
-    front = set(res.pareto.get("trial_id", []))
+    pareto = res.pareto
+    handed = set(pareto.loc[pareto["rank"].notna(), "trial_id"]) \
+        if {"rank", "trial_id"} <= set(pareto.columns) else set()
     path = plots.pareto_plot(res.search, res.pareto, res.objectives, res.modes,
                              folder / "pareto.png")
     out["pareto"] = [(path.name, "Pareto front")] if path else []
@@ -120,7 +122,7 @@ def draw(res: Results, pairs: list[tuple[str, str]] | None = None) -> dict[str, 
         if missing:
             notes.append(f"stability map {x} × {y}: no column {', '.join(missing)}")
             continue
-        path = plots.stability_map(res.search, x, y, res.kinds, front,
+        path = plots.stability_map(res.search, x, y, res.kinds, handed,
                                    folder / f"stability-{_slug(x, y)}.png")
         if path:
             out["map"].append((path.name, f"{x} × {y or 'outcome'}"))

@@ -106,6 +106,7 @@ def seed_columns(conf: Confirmation) -> dict[str, Any]:
     metric = conf.quality.metric
     row: dict[str, Any] = {SELECTION: conf.verdict, SELECTION_REASON: conf.fragile_reason
                            or "", f"{metric}_mean": conf.mean, f"{metric}_worst": conf.worst,
+                           f"{metric}_shared_mean": conf.shared_mean,
                            f"{metric}_spread": _finite_or_none(conf.spread)}
     row.update({seed_column(metric, seed): value for seed, value in conf.by_seed.items()})
     return row
@@ -193,7 +194,11 @@ def _quality_text(conf: Confirmation) -> str:
                       + ("-" if v is None else f"{v:.4g}") for s, v in conf.by_seed.items())
     mean = "-" if conf.mean is None else f"{conf.mean:.4g}"
     worst = "-" if conf.worst is None else f"{conf.worst:.4g}"
-    return f"{seeds}; mean over fresh seeds {mean}, worst seed {worst} (of every seed counted)"
+    shared = "" if conf.shared_mean is None else (
+        f" ({conf.shared_mean:.4g} on fresh seeds {', '.join(map(str, conf.shared_seeds))}, "
+        "which every handed-over config ran: the rank compares these)")
+    return (f"{seeds}; mean over fresh seeds {mean}{shared}, worst seed {worst} (of every "
+            "seed counted)")
 
 
 def provenance(sweep: Sweep, chosen: Selection, rank: int, conf: Confirmation,
@@ -203,7 +208,8 @@ def provenance(sweep: Sweep, chosen: Selection, rank: int, conf: Confirmation,
     kind = "confirmed" if conf.confirmed else "UNCONFIRMED"
     out: dict[str, Any] = {
         "rank": f"{rank} of {len(chosen.handed_over)} {kind} configs, by mean {metric} over "
-                "fresh seeds",
+                + ("the fresh seeds every one of them ran" if conf.shared_mean is not None
+                   else "fresh seeds"),
         "trial": f"{rec.trial_id} (search seed {rec.seed})" if conf.searched else
                  f"{rec.trial_id} (your base config's own values: off the search space, "
                  "run on the fresh seeds only)",
@@ -242,6 +248,7 @@ def write_front(sweep: Sweep, book: TrialBook,
         row.update({k: rec.values.get(k) for k in sweep.space})
         values = book.objective_values(rec, sweep.objectives)
         row.update({o.metric: v for o, v in zip(sweep.objectives, values, strict=True)})
+        row["objectives_seed"] = rec.seed  # the seed whose run the columns above are of
         row.update(seed_columns(conf))
         row.update({"seeds_passed": conf.seeds_passed, "seeds_run": len(conf.seeds),
                     "seeds_planned": conf.planned,

@@ -236,8 +236,9 @@ def _jitter(n: int, width: float, seed: int) -> np.ndarray:
 
 
 def stability_map(search: pd.DataFrame, x: str, y: str | None, kinds: dict[str, str],
-                  front_ids: set[str], path: Path) -> Path | None:
-    """Each search trial at its (x, y) knob values coloured by outcome; y=None: outcome rows."""
+                  handed_ids: set[str], path: Path) -> Path | None:
+    """Each search trial at its (x, y) knob values coloured by outcome; y=None: outcome rows.
+    The configs handed over (in stable/) are ringed."""
     if x not in search or not len(search):
         return None
     frame = search.assign(outcome=outcome(search))
@@ -263,10 +264,10 @@ def stability_map(search: pd.DataFrame, x: str, y: str | None, kinds: dict[str, 
         ax.scatter(xs[sel], ys[sel], c=OUTCOME_COLOURS.get(name, "#444444"), marker=marker,
                    s=28 if name == "pruned" else 55, edgecolors="white", linewidths=0.5,
                    label=plain(f"{name} ({int(sel.sum())})"), zorder=2)
-    ring = ok & frame["trial_id"].isin(front_ids)
+    ring = ok & frame["trial_id"].isin(handed_ids)
     if ring.any():
         ax.scatter(xs[ring], ys[ring], s=190, facecolors="none", edgecolors="black",
-                   linewidths=1.5, label="Pareto front", zorder=3)
+                   linewidths=1.5, label="handed over (stable/)", zorder=3)
     for axis, spec, setter in ((xa, "x", ax.set_xscale), (ya, "y", ax.set_yscale)):
         if spec == "x" and axis.ticks is not None:
             ax.set_xticks(axis.ticks, axis.labels)

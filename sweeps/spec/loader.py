@@ -48,6 +48,7 @@ from sweeps.spec.space import (
     contains,
     fixed_values,
     knob_entry,
+    nearest_value,
 )
 from sweeps.spec.trainer_loader import load_trainer, search_paths
 from sweeps.trial.compile import COMPILE_MODES
@@ -544,9 +545,37 @@ def load_sweep_dict(data: Any, *, base_dir: Path, workdir: Path,
         notes.append(f"the base config leaves {', '.join(sweep.base_unset)} at ??? (no value): "
                      "there is no base config to run or compare with, and `sweeps try` takes "
                      "the middle of the range")
+    off = off_space_note(sweep)
+    if off:
+        notes.append(off)
     if import_trainer:
         load_trainer(spec.trainer, paths)
     return sweep
+
+
+def off_space_note(sweep: Sweep) -> str | None:
+    """What happens to a base config whose own values lie off the search space (with
+    ``confirm.base``): it races on the fresh seeds only, and the search starts at the
+    nearest point in the space when only numbers out of range put it off."""
+    if not sweep.spec.confirm.base or sweep.base_unset:
+        return None
+    off: list[str] = []
+    near: list[str] = []
+    for name, knob in sweep.space.items():
+        value = sweep.base_value(name)
+        if knob.is_fixed() or value is None or contains(knob, value):
+            continue
+        off.append(f"{name}={value!r}")
+        moved = nearest_value(knob, value)
+        near.append("" if moved is None else f"{name}={moved:.4g}")
+    if not off:
+        return None
+    start = (f"the search starts at the point in the space nearest it ({', '.join(near)})"
+             if all(near) else "the search starts without it (a categorical value is not "
+             "among its choices)")
+    return (f"your base config's {', '.join(off)} lies off the search space: {start}, and "
+            "your base config's own values run on the fresh seeds only, as the reference; "
+            "let the range include the value to race it as the search's first trial")
 
 
 #: Where relative paths in a sweep file are read: the sweep file's folder, then the folder

@@ -184,6 +184,28 @@ def central_value(knob: _Knob) -> Any:
     raise TypeError(type(knob))
 
 
+def nearest_value(knob: _Knob, value: Any) -> Any | None:
+    """The value in a numeric knob's range nearest ``value`` (a bound, or the step grid's
+    nearest point); None for a categorical or fixed knob, or a value that is no number.
+
+    Example:
+        >>> nearest_value(LogUniform(type="loguniform", low=1e-7, high=1e-3), 0)
+        1e-07
+        >>> nearest_value(IntRange(type="int", low=0, high=50, step=10), 64)
+        50
+    """
+    if knob.is_fixed() or isinstance(knob, Categorical) or not isinstance(
+            value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        return None
+    low, high = knob.low, knob.high  # type: ignore[attr-defined]
+    near = min(max(value, low), high)
+    if isinstance(knob, IntRange):
+        steps = round((near - low) / knob.step)
+        near = min(low + steps * knob.step, high - (high - low) % knob.step)
+        return int(near)
+    return float(near)
+
+
 def contains(knob: _Knob, value: Any) -> bool:
     """Whether ``value`` is one the knob can take."""
     if knob.is_fixed():

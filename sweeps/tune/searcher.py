@@ -33,7 +33,7 @@ from sweeps.protocol import (
     STABILITY_CONSTRAINT,
 )
 from sweeps.record.book import TrialBook, TrialRecord
-from sweeps.results.confirm import base_point, raced
+from sweeps.results.confirm import base_point, nearest_base_point, raced
 from sweeps.results.race import Race, owner_of
 from sweeps.results.warm_start import searched
 from sweeps.spec.loader import Sweep
@@ -113,6 +113,9 @@ class StabilityAwareSearch(OptunaSearch):
         multi = len(metrics) > 1
         points = initial_points(sweep)
         base = base_point(sweep)
+        if base is None:  # off the search space: start at the point nearest it
+            near = nearest_base_point(sweep)
+            base = near[0] if near is not None else None
         if base is not None and base not in points:  # the base config races from the start
             points = [base, *points]
         super().__init__(space=optuna_space(sweep.space), metric=metrics if multi else metrics[0],

@@ -20,6 +20,7 @@ from sweeps.results.confirm import (
     judge_own_base,
     ladder,
     mark_poor,
+    pair_on_shared_seeds,
     plan,
 )
 from sweeps.spec.loader import Sweep
@@ -370,3 +371,48 @@ def test_lr_sensitivity_is_positive_when_the_probe_is_worse_in_either_mode(tmp_p
     worse = judge(minimise, book_of(minimise, cand, rec("probe-c", role="probe:c",
                                                         val_loss=0.13)), cand, True)
     assert worse.lr_sensitivity == pytest.approx(0.3)
+
+
+def test_a_config_with_extra_seeds_is_ranked_on_the_seeds_the_others_ran(
+        tmp_path: Path) -> None:
+    """A narrow margin earns a config more fresh seeds; its mean over them must not beat a
+    config that is better on the seeds both ran (the extra seeds' luck moved it)."""
+    sweep = _sweep(tmp_path, seeds=2, narrow_seeds=4)
+    narrow = rec("n", val_loss=0.10)
+    wide = rec("w", val_loss=0.11)
+    book = book_of(sweep, narrow, wide,
+                   _rerun("n", 1, 0.138), _rerun("n", 2, 0.138), _rerun("n", 3, 0.10),
+                   _rerun("n", 4, 0.10),
+                   _rerun("n", 0, 0.5, status="unstable", kind="probe", stop_step=34),
+                   _rerun("w", 1, 0.130), _rerun("w", 2, 0.130),
+                   _rerun("w", 0, 0.13, kind="probe"))
+    judged = [judge(sweep, book, r, True) for r in (narrow, wide)]
+    assert [c.verdict for c in judged] == ["confirmed", "confirmed"]
+    assert judged[0].mean < judged[1].mean  # 0.119 over four seeds against 0.130 over two
+    ranked = sorted(pair_on_shared_seeds(judged), key=lambda c: c.rank_key())
+    assert [c.trial_id for c in ranked] == ["w", "n"]
+    assert ranked[1].shared_seeds == [1, 2] and ranked[1].shared_mean == pytest.approx(0.138)
+    same = [judge(sweep, book, wide, True), judge(sweep, book, wide, True)]
+    assert all(c.shared_mean is None for c in pair_on_shared_seeds(same))
+
+
+def test_a_base_config_off_the_range_starts_the_search_at_the_nearest_point(
+        tmp_path: Path) -> None:
+    """A base lr of 50 against a range to 30 cannot be a search trial; the search starts at
+    lr 30 (the sampler learns from the user's neighbourhood), the base config itself runs
+    on the fresh seeds, and the sweep says so when it is loaded."""
+    from sweeps.results.confirm import base_point, nearest_base_point, plan_base
+
+    sweep = load_linreg(tmp_path / "off", train={"lr": 50.0})
+    assert base_point(sweep) is None
+    assert nearest_base_point(sweep) == ({"lr": 30.0}, {"lr": 50.0})
+    assert [r[SEED_KEY] for r in plan_base(sweep, book_of(sweep))] == [1]
+    note = next(n for n in sweep.notes if "off the search space" in n)
+    assert "lr=50.0" in note and "nearest it (lr=30)" in note
+    inside = load_linreg(tmp_path / "in")
+    assert nearest_base_point(inside) is None
+    assert not any("off the search space" in n for n in inside.notes)
+    choice = load_linreg(tmp_path / "cat", search_space={
+        "lr": {"type": "categorical", "choices": [0.01, 0.1]}}, train={"lr": 0.5})
+    assert nearest_base_point(choice) is None
+    assert any("starts without it" in n for n in choice.notes)

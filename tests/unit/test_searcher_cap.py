@@ -48,3 +48,13 @@ def test_more_steps_for_a_sweep_budgeted_in_trials_is_refused(tmp_path: Path) ->
     assert err.value.key == "--total-steps"
     assert "budgeted in trials (budget.trials: 12), not steps" in str(err.value)
     assert "--warm-start" in str(err.value)
+
+
+def test_a_base_config_off_the_range_makes_the_nearest_point_the_first_trial(
+        tmp_path: Path) -> None:
+    """The base lr of 50 lies above the range's 30: the first search trial is lr 30, the
+    point nearest the user's own, not a random draw."""
+    sweep = load_linreg(tmp_path, train={"lr": 50.0})
+    searcher = StabilityAwareSearch(sweep, TrialBook(sweep),
+                                    storage=optuna.storages.InMemoryStorage())
+    assert searcher.suggest("a")["lr"] == 30.0
