@@ -56,6 +56,24 @@ def test_patience_counts_after_warmup():
     assert 130 <= first_firing(losses(noisy_baseline(400)), s).step <= 230
 
 
+def test_a_warmup_no_knob_describes_counts_like_one():
+    """OneCycleLR (pct_start 0.5 of 300 steps) reports its LR rising to step 150: a loss
+    flat from step 0 is judged from the LR's peak on, as a ``warmup`` knob of 150 would
+    be; a schedule that falls first (a cosine, then a warm restart) is no warmup."""
+    def one_cycle(t: int) -> float:
+        return 1e-4 * (0.04 + 0.96 * t / 150) if t <= 150 else 1e-4 * (1 - (t - 150) / 200)
+
+    flat = [{"step": t, "loss": B, "lr": one_cycle(t)} for t in range(400)]
+    assert first_firing(flat).step == 250
+    assert first_firing(flat, RuleSettings(baseline_loss=B, warmup_steps=150)).step == 250
+
+    def restarts(t: int) -> float:  # a cosine over 60 steps, restarted
+        return 1e-3 * (0.5 + 0.5 * math.cos(math.pi * (t % 60) / 60))
+
+    assert first_firing([{"step": t, "loss": B, "lr": restarts(t)}
+                         for t in range(400)]).step == 100
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_a_slow_learner_inside_the_band_is_not_stuck(seed):
     # leaves the random-guess loss at once and keeps falling: 3 % below it at step 60,
@@ -225,3 +243,19 @@ def test_a_fresh_seed_gets_twice_its_configs_plateau_before_it_is_called_stuck()
     longer = s.model_copy(update={"flat_patience": 230})
     assert first_firing(late, longer) is None
     assert first_firing(losses([math.log(3)] * 400), longer).step == 230
+
+
+def test_a_run_that_learnt_and_went_back_says_so():
+    """Loss down to 1.0 by step 30, back at the random guess from step 50: the verdict
+    carries ``went_back``, which the stability grid and the LR probe count as a failure
+    (the LR destroyed what the run learnt), not as too slow."""
+    from sweeps.results.stability import slow
+
+    history = losses([B - (B - 1.0) * min(t, 30) / 30 if t < 50 else B for t in range(300)])
+    verdict = first_firing(history)
+    assert verdict.evidence["went_back"] is True
+    assert verdict.evidence["lowest_before"] < 1.1 and 30 <= verdict.evidence[
+        "lowest_at_step"] <= 50
+    assert not slow(verdict.reason, verdict.evidence)
+    never = first_firing(losses([B] * 200))
+    assert "went_back" not in never.evidence and slow(never.reason, never.evidence)

@@ -72,8 +72,28 @@ def test_no_cut_while_the_reported_lr_rises_nor_at_the_last_step(linreg_dir):
 
     assert at_rung("warming", (0.05, 0.051)) == TrialScheduler.CONTINUE
     assert at_rung("decaying", (0.051, 0.05)) == TrialScheduler.STOP
+    # the Lightning adapter's validation report carries no lr: the LR of the training
+    # reports up to its step still rises
+    trials["val_report"] = SimpleNamespace(trial_id="val_report")
+    asha.on_trial_add(None, trials["val_report"])
+    for step, lr in ((73, 0.049), (74, 0.05), (75, 0.051)):
+        book.record("val_report", {"step": step, "loss": 1.0, "lr": lr, "config": {"lr": 0.1}})
+    assert asha.on_trial_result(None, trials["val_report"], {"step": 75, "val_loss": 0.9}) \
+        == TrialScheduler.CONTINUE
     last = {"step": 300, "val_loss": 0.9}  # max_t
     assert asha.on_trial_result(None, trials["last"], last) == TrialScheduler.CONTINUE
+    # the last tenth of the steps is never judged: behind the rung's leader at step 280
+    for t in ("ahead", "near_end"):
+        trials[t] = SimpleNamespace(trial_id=t)
+        asha.on_trial_add(None, trials[t])
+    assert asha.on_trial_result(None, trials["ahead"], {"step": 240, "val_loss": 0.1}) == \
+        TrialScheduler.CONTINUE
+    assert asha.on_trial_result(None, trials["near_end"], {"step": 240, "val_loss": 0.9}) == \
+        TrialScheduler.STOP
+    trials["late"] = SimpleNamespace(trial_id="late")
+    asha.on_trial_add(None, trials["late"])
+    assert asha.on_trial_result(None, trials["late"], {"step": 280, "val_loss": 0.9}) == \
+        TrialScheduler.CONTINUE
 
 
 def test_a_resumed_sweep_rebuilds_the_rungs_from_its_trials(linreg_dir):

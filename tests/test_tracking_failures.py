@@ -160,3 +160,20 @@ def test_tracking_that_fails_is_a_warning_and_every_other_output_is_written(
                 if "mlflow.parentRunId" in r.data.tags]
     assert len(children) == len(trials)
     assert "parent run:" in (out / "tracking.txt").read_text()
+
+
+def test_a_resume_logs_to_the_store_the_sweep_was_logged_to(tmp_path, capsys):
+    """tracking.txt names the URI of the last logging: a resume without --tracking-uri
+    logs there again (it had gone to results/<name>/mlflow.db, a second store); not after a
+    failed logging, nor when the URI's password was masked (it is not kept on disk)."""
+    from sweeps.commands.run import earlier_tracking_uri
+
+    note = tmp_path / "tracking.txt"
+    assert earlier_tracking_uri(note) is None  # never logged
+    note.write_text("MLflow: sqlite:////data/mine.db\nexperiment: e\nparent run: abc\n")
+    assert earlier_tracking_uri(note) == "sqlite:////data/mine.db"
+    note.write_text("MLflow: http://srv:5000\nNOT LOGGED: ConnectionError\n")
+    assert earlier_tracking_uri(note) is None
+    note.write_text("MLflow: http://alice:***@srv:5000\nparent run: abc\n")
+    assert earlier_tracking_uri(note) is None
+    assert "pass --tracking-uri again" in capsys.readouterr().err

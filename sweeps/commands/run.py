@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -170,6 +171,8 @@ def resume_sweep(folder: Path, *, address: str | None = None, progress: bool = T
         if total_steps is not None:
             sweep = with_total_steps(sweep, total_steps)
             save_resolved(sweep)  # and sealed again, over the new budget
+        if tracking_uri is None and not os.environ.get("MLFLOW_TRACKING_URI"):
+            tracking_uri = earlier_tracking_uri(folder / TRACKING_NOTE)
         outcome = _execute(sweep, address=address, progress=progress,
                            tracking_uri=tracking_uri, resume=True)
         if trust_state:  # vouched for and resumed: this account's folder from now on
@@ -296,6 +299,27 @@ def _start_loss(history: list[dict]) -> float | None:
             not math.isfinite(loss):
         return None
     return loss
+
+
+def earlier_tracking_uri(note: Path) -> str | None:
+    """The tracking URI the sweep was logged to before (``tracking.txt``), so a resume
+    without ``--tracking-uri`` logs to the same store; None when there is none, its
+    logging failed (the note says to pass ``--tracking-uri``), or its password was masked
+    there (then the resume says to pass ``--tracking-uri`` again)."""
+    try:
+        lines = note.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    if not any(line.startswith("parent run: ") for line in lines):
+        return None
+    uri = next((line.removeprefix("MLflow: ").strip() for line in lines
+                if line.startswith("MLflow: ")), None)
+    if uri and "***@" in uri:
+        echo_stderr(f"note: this sweep was logged to {uri} before; its password is not kept "
+                    "on disk: pass --tracking-uri again (or set MLFLOW_TRACKING_URI) to log "
+                    "there; logging to the default store instead")
+        return None
+    return uri or None
 
 
 def logged_parent(note: Path, uri: str) -> str | None:

@@ -238,9 +238,15 @@ def run_probe(sweep: Sweep, param: str, rng: tuple[float, float], *, seeds: int 
     elif note:
         say(note)
 
+    learnt: list[float] = []  # values where a run held and left the random guess
+
     def run(value: float, seed: int, length: int | None = None) -> boundary.SeedRun:
         one = _probe_run(sweep, {**base, param: value, SEED_KEY: seed}, length,
                          hold=length is None)
+        if one.held and not one.slow:
+            learnt.append(value)
+        elif one.held and any(v < value for v in learnt):  # stuck above a value that learnt
+            one = boundary.SeedRun(False, one.steps, "flat_at_baseline", one.steps)
         why = "held" if one.held else f"failed: {one.reason} at step {one.stop_step}"
         say(f"{'verify' if length else 'probe'} {param}={value:.4g} seed {seed}: {why} "
             f"({one.steps} steps)")
@@ -315,8 +321,9 @@ def _probe_run(sweep: Sweep, config: dict[str, Any], max_steps: int | None = Non
     """One run (a rule stops it at its verdict; ``max_steps``: another length than the
     budget's; ``hold``: it ends once the rules could tell, :mod:`sweeps.trial.horizon`):
     it fails when a rule gave an instability verdict other than a slow one (as the
-    grid's ``explodes``/``borderline``); a crash (a trainer error, not instability) is
-    raised as a RuntimeError."""
+    grid's ``explodes``/``borderline``; a slow one held, marked ``slow``: the probe fails
+    it above a value that learnt, where an LR too high to learn is the edge); a crash
+    (a trainer error, not instability) is raised as a RuntimeError."""
     final: dict[str, Any] = {}
     reporter = run_trainer(sweep, config, "probe", final.update, max_steps=max_steps,
                            hold=hold)
@@ -326,9 +333,9 @@ def _probe_run(sweep: Sweep, config: dict[str, Any], max_steps: int | None = Non
     if final.get(STATUS_KEY) == CRASH:
         raise RuntimeError(f"the trainer crashed at {config} (not an instability): "
                            f"{verdict.summary() if verdict else 'no verdict'}")
-    if verdict is None or verdict.reason in stability.SLOW_REASONS:
+    if verdict is None or stability.slow(verdict.reason, verdict.evidence):
         norms = tuple(objectives.series(reporter.history, "grad_norm"))
-        return boundary.SeedRun(True, steps, grad_norms=norms)
+        return boundary.SeedRun(True, steps, grad_norms=norms, slow=verdict is not None)
     return boundary.SeedRun(False, steps, verdict.reason, int(verdict.step))
 
 

@@ -36,6 +36,8 @@ class SeedRun:
     stop_step: int | None = None
     #: The run's pre-clip grad norms (for the grad_clip advice), when it reported them.
     grad_norms: tuple[float, ...] = ()
+    #: It held, but sat at the random guess (a slow verdict): it learnt nothing.
+    slow: bool = False
 
 
 @dataclass

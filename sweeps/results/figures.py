@@ -129,7 +129,7 @@ def draw(res: Results, pairs: list[tuple[str, str]] | None = None) -> dict[str, 
     out["curves"] = []
     for key, curves, title in (
             ("failed", _failed_curves(res), "Failed trials (dotted line: stop step)"),
-            ("top", _top_curves(res), "Pareto-front configs")):
+            ("top", _top_curves(res), "Candidates judged on fresh seeds (pareto.csv order)")):
         path = plots.curves_plot(curves, title, folder / f"curves-{key}.png", res.baseline)
         if path:
             out["curves"].append((path.name, title))

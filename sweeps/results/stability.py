@@ -32,6 +32,12 @@ SAFETY_MARGIN = 2.0
 DECREASE = 0.9
 #: Failures that mean "not learning" rather than "unstable".
 SLOW_REASONS = frozenset({"flat_at_baseline"})
+
+
+def slow(reason: str | None, evidence: dict[str, Any] | None) -> bool:
+    """A verdict that says too slow, not unstable: flat at the random guess, unless the
+    run had learnt and went back there (``went_back``: the LR destroyed what it learnt)."""
+    return reason in SLOW_REASONS and not (evidence or {}).get("went_back")
 #: A run "clips too often" when more than this share of its steps exceed grad_clip.
 CLIP_WARN = 0.5
 #: The first this many grad-norm reports are a run's "start" in the clipping diagnosis.
@@ -141,7 +147,7 @@ class Cell:
         learning, or ended at the random guess: :meth:`at_guess`) or stable."""
         if self.runs and all(r.status == CRASH for r in self.runs):
             return "crashed"
-        hard = [r for r in self.runs if r.failed and r.reason not in SLOW_REASONS]
+        hard = [r for r in self.runs if r.failed and not slow(r.reason, r.evidence)]
         if hard:
             return "explodes" if len(hard) > len(self.runs) / 2 else "borderline"
         if any(r.failed for r in self.runs) or not self.loss_decreased() or \
@@ -340,7 +346,7 @@ def _clipping(run: TrialRecord, clip_knob: str) -> _Clipping | None:
         return None
     nonfinite = any(isinstance(v, (int, float)) and not math.isfinite(v)
                     for v in (h.get("grad_norm") for h in run.history))
-    stopped = run.reason if run.status == UNSTABLE and run.reason not in SLOW_REASONS \
+    stopped = run.reason if run.status == UNSTABLE and not slow(run.reason, run.evidence) \
         else ("non-finite grad norm" if nonfinite else None)
     head = norms[:min(START_REPORTS, max(1, len(norms) // 4))]
     return _Clipping(clip, sum(n > clip for n in norms) / len(norms), statistics.median(head),

@@ -137,7 +137,8 @@ def log_sweep(sweep: Sweep, book: TrialBook, selection_tags: dict[str, dict[str,
     try:
         counts: dict[str, int] = {}  # search trials by outcome; re-runs apart
         for rec in book.trials.values():
-            key = f"trials_{rec.status}" if rec.role == SEARCH else f"{rec.role}_runs"
+            key = f"trials_{rec.status}" if rec.role == SEARCH else \
+                f"{rec.role.partition(':')[0]}_runs"  # confirm_runs, probe_runs, base_runs
             counts[key] = counts.get(key, 0) + 1
             _log_trial(client, exp_id, pid, rec, selection_tags.get(rec.trial_id, {}), names,
                        Metric, Param, RunTag)

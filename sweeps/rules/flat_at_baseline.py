@@ -42,12 +42,16 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
     The smoothed loss at a report is the mean of the last ``smoothing`` finite values up
     to it. The stretch runs from the newest report back to the last report at or before
     step ``newest - flat_patience`` (whose value stands for the loss at that step); it
-    must exist, and must not start before ``warmup_steps``. So a loss flat from step 0
+    must exist, and must not start before ``warmup_steps``, nor where the reported LR
+    still rises (:func:`lr_warming`: a warmup no knob describes). So a loss flat from step 0
     fails at step ``flat_patience`` exactly. Stretches longer than ``window`` reports
     are thinned to about ``window`` evenly spaced reports. A run whose outputs sat
     collapsed on a plateau inside the window (:func:`sweeps.rules.collapse.plateau_since`)
     is left to the ``collapse`` rule, which gives a plateau longer: a run leaving one
-    spreads its outputs before its loss moves.
+    spreads its outputs before its loss moves. A run whose smoothed loss had been below
+    the band before the stretch carries ``went_back`` (with ``lowest_before`` and
+    ``lowest_at_step``): it learnt and lost it, which the stability grid and the LR
+    probe count as a failure, not as too slow.
 
     Example:
         >>> history = [{"step": s, "loss": 1.5708} for s in range(101)]
@@ -71,7 +75,7 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
     if start < settings.warmup_steps:
         return None
     anchor = bisect_right(history, start, key=step_key) - 1
-    if anchor < 0:
+    if anchor < 0 or lr_warming(history, anchor):
         return None
     stride = max(1, math.ceil((n - anchor) / settings.window))
     series, checked, since = _stretch(history, key, anchor, stride, span)
@@ -89,9 +93,13 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
         return None  # still in the band, but learning: slow, not stuck
     if settings.is_enabled("collapse") and collapse.plateau_since(history, settings, start):
         return None  # outputs collapsed on a plateau in the window: the collapse rule's
+    lowest = _lowest_before(history, key, anchor, span)
+    went_back = lowest is not None and baseline - lowest[0] > band
     evidence = {
         "metric": key,
         "smoothed_loss": smoothed[-1],
+        **({"went_back": True, "lowest_before": lowest[0], "lowest_at_step": lowest[1]}
+           if went_back and lowest is not None else {}),
         "baseline": baseline,
         "max_relative_deviation": worst / baseline,
         **({"above_baseline": True} if smoothed[-1] > baseline + band else {}),
@@ -102,6 +110,42 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
         "progress_noise": noise / baseline,
     }
     return Verdict("flat_at_baseline", now, evidence)
+
+
+def _lowest_before(history: Sequence[Mapping[str, Any]], key: str, anchor: int,
+                   span: int) -> tuple[float, int] | None:
+    """The lowest smoothed loss before the stretch (reports up to ``anchor``), and its step:
+    below the band, the run had learnt and went back to the random guess (an LR that
+    destroyed what it learnt: instability, not slowness)."""
+    window: deque[float] = deque(maxlen=span)
+    low: tuple[float, int] | None = None
+    for i, report in enumerate(history[:anchor]):
+        value = finite_num(report, key)
+        if value is None:
+            continue
+        window.append(value)
+        smoothed = sum(window) / len(window)
+        if low is None or smoothed < low[0]:
+            low = (smoothed, step_of(report, i))
+    return low
+
+
+def lr_warming(history: Sequence[Mapping[str, Any]], anchor: int) -> bool:
+    """Whether the LR the reports carry rises from report ``anchor`` on before it ever
+    falls: a warmup no knob describes (OneCycleLR's ``pct_start``, a scheduler's own
+    ramp) covers part of the stretch, which then says nothing yet of the LR that was
+    chosen. A fall first (a decay, or a warm restart after one) is no warmup."""
+    before: float | None = None
+    for report in history[anchor:]:
+        lr = finite_num(report, "lr")
+        if lr is None:
+            continue
+        if before is not None and lr > before * (1 + 1e-9):
+            return True
+        if before is not None and lr < before * (1 - 1e-9):
+            return False
+        before = lr
+    return False
 
 
 def left_band_at(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> int | None:

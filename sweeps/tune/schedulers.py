@@ -81,7 +81,8 @@ class WatchedASHA(HangWatch, ASHAScheduler):
     ASHA judges a search trial first ``grace_period`` steps after its own warmup (the
     ``warmup`` knob) has ended, at the highest rung it has passed by then: a trial is
     not cut while its LR is still rising (nor while the LR it reports still rises, for a
-    warmup no knob describes), nor at its last step (it finished: ok, not pruned). The
+    warmup no knob describes), nor in the last tenth of its steps (at its last step it
+    finished: ok, not pruned). The
     race's re-runs on fresh seeds are never judged by ASHA (they run their full length,
     or until a rule stops them).
     """
@@ -125,25 +126,32 @@ class WatchedASHA(HangWatch, ASHAScheduler):
 
     def _waits(self, trial: Trial, result: dict) -> bool:
         """Whether ASHA leaves this result of a search trial alone: before the trial's own
-        grace (:meth:`own_grace`), at its last step, or while its LR still rises."""
+        grace (:meth:`own_grace`), in the last tenth of its steps (a cut there saves little
+        and throws away a result nearly in), or while its LR still rises."""
         step = result.get("step")
         if not isinstance(step, (int, float)):
             return False
         return step < self.own_grace(trial) or \
-            (self._last is not None and step >= self._last) or \
+            (self._last is not None and step >= self._last - self._last // 10) or \
             self.lr_rising(trial, step, result)
 
     def lr_rising(self, trial: Trial, step: float, result: dict) -> bool:
         """Whether the LR this result reports is above the one reported before it: a
         warmup the ``warmup`` knob does not describe (OneCycleLR's ``pct_start``, a
-        scheduler's own fixed warmup) is still going, and ASHA waits for its end."""
-        lr = result.get("lr")
+        scheduler's own fixed warmup) is still going, and ASHA waits for its end. A result
+        with no LR (a validation report: the trainer reports its LR with the training
+        loss) is judged by the last two LRs the trial reported up to its step."""
         rec = self._book.trials.get(trial.trial_id)
-        if not isinstance(lr, (int, float)) or rec is None:
+        if rec is None:
             return False
-        before = next((h["lr"] for h in reversed(rec.history)
-                       if isinstance(h.get("step"), (int, float)) and h["step"] < step
-                       and isinstance(h.get("lr"), (int, float))), None)
+        lrs = [(h["step"], h["lr"]) for h in rec.history
+               if isinstance(h.get("step"), (int, float)) and h["step"] <= step
+               and isinstance(h.get("lr"), (int, float))]
+        if isinstance(result.get("lr"), (int, float)):
+            lrs = [p for p in lrs if p[0] < step] + [(step, result["lr"])]
+        if len(lrs) < 2:
+            return False
+        (_, lr), before = lrs[-1], next((v for s, v in reversed(lrs) if s < lrs[-1][0]), None)
         return before is not None and lr > before * (1 + 1e-9)
 
     def on_trial_remove(self, tune_controller: Any, trial: Trial) -> None:
