@@ -41,6 +41,29 @@ def test_a_trial_that_stops_reporting_is_stopped_as_hung(linreg_dir, ray_session
     assert evidence["timeout_s"] == 10 and evidence["silent_s"] >= 10
 
 
+def test_a_trainer_hung_in_its_import_on_the_workers_does_not_stall_the_sweep(
+        linreg_dir, ray_session, monkeypatch):
+    """The driver imports the trainer; every worker's import hangs. Ray Tune kept a hung
+    trial's actor for the next trial (and stopped an uncached one gracefully, 600 s), so
+    with both slots held the third trial never started: the sweep stalled for good."""
+    marker = linreg_dir / "imported.once"
+    (linreg_dir / "hangs_on_import.py").write_text(
+        "import os, time\n"
+        f"try:\n    os.close(os.open({str(marker)!r}, os.O_CREAT | os.O_EXCL))\n"
+        "except FileExistsError:\n    time.sleep(100000)\n"
+        "from linreg_trainer import train\n")
+    _configure(linreg_dir, "import-hangs", {},
+               {"trials": 3, "max_steps": 30, "concurrent": 2, "scheduler": "none",
+                "hang_timeout": 10})
+    edit_linreg(linreg_dir, trainer="hangs_on_import:train")
+    monkeypatch.chdir(linreg_dir)
+    start = time.monotonic()
+    assert main(["run", "linreg.yaml", "--quiet", "--no-preflight"]) == 1
+    assert time.monotonic() - start < 150
+    trials = pd.read_csv(linreg_dir / "results" / "import-hangs" / "trials.csv")
+    assert list(trials["reason"]) == ["hung"] * 3
+
+
 def _steps(journal: Path) -> list[tuple[str, int]]:
     events = []
     for line in journal.read_text().splitlines():

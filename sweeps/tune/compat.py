@@ -172,6 +172,29 @@ def asha_rungs(scheduler: Any, trial_id: str) -> list[tuple[float, dict]] | None
     return None if bracket is None else bracket._rungs
 
 
+def stop_hung_trial(controller: Any, trial: Any) -> None:
+    """``controller.stop_trial(trial)`` for a trial that stopped reporting, its actor killed
+    at once and never kept for the next trial.
+
+    With ``reuse_actors`` Ray Tune caches a stopped trial's actor and hands the next trial
+    to it, and stops an uncached one gracefully (600 s before it kills it): an actor hung
+    in an import or a C call runs neither, so the sweep stalled with every slot taken.
+    ``TuneController`` keeps the actors in ``_trial_to_actor``, the switch in
+    ``_reuse_actors`` and the manager in ``_actor_manager``; a scheduler is handed a
+    ``TrialRunnerWrapper`` around it (``_tune_controller``). Checked with ray 2.60.0.
+    """
+    controller = getattr(controller, "_tune_controller", controller)
+    tracked = controller._trial_to_actor.get(trial)
+    reuse = controller._reuse_actors
+    controller._reuse_actors = False
+    try:
+        controller.stop_trial(trial)
+    finally:
+        controller._reuse_actors = reuse
+    if tracked is not None:
+        controller._actor_manager.remove_actor(tracked, kill=True)
+
+
 def optuna_search_study(searcher: Any) -> Any:
     """The ``optuna.Study`` a Ray Tune ``OptunaSearch`` asks and tells.
 

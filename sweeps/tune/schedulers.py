@@ -46,7 +46,7 @@ class HangWatch:
             last = max(started, rec.last_seen) if rec is not None else started
             if now - last > self._timeout and not (rec is not None and rec.finished):
                 self._book.mark_hung(trial.trial_id, trial.config, now - last, self._timeout)
-                controller.stop_trial(trial)
+                compat.stop_hung_trial(controller, trial)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
