@@ -16,10 +16,14 @@ def _base(folder: Path) -> dict:
 
 
 def _run_cli(folder: Path, path: Path, capsys, monkeypatch) -> tuple[int, str]:
+    return _run_cli_argv(folder, ["run", str(path)], capsys, monkeypatch)
+
+
+def _run_cli_argv(folder: Path, argv: list[str], capsys, monkeypatch) -> tuple[int, str]:
     import ray
 
     monkeypatch.chdir(folder)
-    code = main(["run", str(path)])
+    code = main(argv)
     err = capsys.readouterr().err
     assert not ray.is_initialized(), "Ray must not start on bad input"
     assert not (folder / "results").exists(), "nothing may be written on bad input"
@@ -36,6 +40,20 @@ CASES = {
     "knob without write_back": (lambda d: d["search_space"].update(
         momentum={"type": "uniform", "low": 0.0, "high": 0.9}), "write_back.momentum",
         "momentum: section.momentum"),
+    "a knob named like a trials.csv column": (lambda d: (d["search_space"].update(
+        status={"type": "categorical", "choices": ["a", "b"]}),
+        d["write_back"].update(status="train.status")), "search_space.status",
+        "name the knob e.g. 'status_'"),
+    "the step count searched as a knob": (lambda d: (d["search_space"].update(
+        max_steps={"type": "int", "low": 10, "high": 20}),
+        d["write_back"].update(max_steps="train.steps")), "search_space.max_steps",
+        "set budget.max_steps"),
+    "an infinite bound": (lambda d: d["search_space"].update(
+        lr={"type": "uniform", "low": 0.0, "high": float("inf")}), "search_space.lr.high",
+        "finite"),
+    "a bound that is true": (lambda d: d["search_space"].update(
+        lr={"type": "uniform", "low": False, "high": True}), "search_space.lr.low",
+        "no number"),
     "a choice listed twice": (lambda d: d["search_space"].update(
         lr={"type": "categorical", "choices": [0.1, 0.01, 0.1]}), "search_space.lr",
         "list each choice once"),
@@ -256,3 +274,26 @@ def test_an_eval_loss_objective_is_told_the_adapter_reports_val_loss(linreg_dir)
     sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir, import_trainer=False)
     assert any(n.startswith("objectives.0: the Hugging Face adapter (train_hf) reports the "
                             "Trainer's eval_loss as val_loss") for n in sweep.notes)
+
+
+@pytest.mark.parametrize("flags, key", [
+    (["--values", "0.01,0.1", "--seeds", "0"], "--seeds"),
+    (["--values", "nan"], "no finite number"),
+    (["--values", "1e-3,1e-3"], "listed twice"),
+    (["--values", "1e-3", "--steps", "0"], "--steps"),
+    (["--range", "0:1"], "is not 0 < LOW <= HIGH"),
+])
+def test_bad_stability_options_exit_2_before_anything_runs(flags, key, linreg_dir, capsys,
+                                                          monkeypatch):
+    """--seeds 0 ran nothing and exited 0 (moving the previous grid aside), nan ran and
+    crashed every seed, a value listed twice ran twice, --steps 0 became the budget."""
+    code, err = _run_cli_argv(linreg_dir, ["stability", "linreg.yaml", "--param", "lr", *flags],
+                              capsys, monkeypatch)
+    assert code == 2 and key in err
+
+
+def test_try_refuses_the_reserved_sweep_section(linreg_dir, capsys, monkeypatch):
+    """--set sweep.seed=3 printed as set while the trainer got seed 0."""
+    code, err = _run_cli_argv(linreg_dir, ["try", "linreg.yaml", "--set", "sweep.seed=3"],
+                              capsys, monkeypatch)
+    assert code == 2 and "--set sweep.seed" in err and "--seed S" in err

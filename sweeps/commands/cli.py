@@ -164,6 +164,9 @@ def cmd_stability(args: argparse.Namespace) -> int:
         if given:
             raise SpecError(flag, "goes with --probe only (the grid runs every value in full)",
                             f"add --probe, or drop {flag}")
+    for flag, given in (("--seeds", args.seeds), ("--steps", args.steps)):
+        if given is not None and given < 1:
+            raise SpecError(flag, f"{given} is below 1", f"give e.g. {flag} 3")
     sweep = load_sweep(args.file, workdir=Path.cwd())
     if args.steps:
         sweep = _with_budget(sweep, args.steps)
@@ -176,8 +179,8 @@ def cmd_stability(args: argparse.Namespace) -> int:
         low, sep, high = args.range.partition(":")
         try:
             values = stability.log_range(float(low), float(high), args.points)
-        except ValueError:
-            raise SpecError("--range", f"{args.range!r} is not LOW:HIGH",
+        except ValueError as exc:
+            raise SpecError("--range", f"{args.range!r} is not 0 < LOW <= HIGH ({exc})",
                             "write e.g. --range 1e-5:1e-1") from None
         if not sep or float(low) <= 0 or float(high) < float(low):
             raise SpecError("--range", f"{args.range!r} is not 0 < LOW <= HIGH",
@@ -563,8 +566,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         err_console.print(_interrupted_line(args))
         return 130
     except Exception as exc:
+        import errno
+
         from sweeps.state.disk_full import message, no_room
 
+        if isinstance(exc, OSError) and exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            echo(f"error: {exc.filename or _folder_of(args)}: cannot write there "
+                 f"({exc.strerror}).\n  fix: give a results folder you own and can write to "
+                 "(--output DIR, or output: in the sweep file), or make this one writable",
+                 file=sys.stderr)
+            return SpecError.exit_code
         full = no_room(exc)
         if full is None:
             raise

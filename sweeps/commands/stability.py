@@ -71,7 +71,12 @@ def _check_knob(sweep: Sweep, name: str, values: list[Any], flag: str) -> None:
                         f"use one of {', '.join(sweep.space)}")
     if not values:
         raise SpecError(flag, "no values given", "give e.g. --values 1e-4,1e-3,1e-2")
-    for value in values:  # a value the trainer could not take is bad input, not a crash
+    for i, value in enumerate(values):  # a value the trainer could not take is bad input
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SpecError(flag, f"{value} is no finite number", "give finite values")
+        if value in values[:i]:
+            raise SpecError(flag, f"{value!r} is listed twice (its seeds would run twice)",
+                            "list each value once")
         check_knob_value(sweep, name, value, flag)
 
 

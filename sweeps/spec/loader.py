@@ -718,6 +718,16 @@ _KNOB_CLASSES = {"loguniform": LogUniform, "uniform": Uniform, "int": IntRange,
                  "categorical": Categorical, "fixed": Fixed}
 
 
+#: Names a knob may not take: the columns trials.csv and pareto.csv keep for every trial
+#: (a knob named ``status`` overwrote the trials' own statuses there, for good).
+RESERVED_KNOBS = frozenset({
+    "trial_id", "role", "status", "reason", "stop_step", "seed", "steps", "retries",
+    "instability", "diagnosis", "evidence", "warnings", "base_config", "selection",
+    "selection_reason", "rank", "on_front", "yaml", "confirmed", "seeds_passed",
+    "seeds_run", "seeds_planned", "seed_failures", "lr_probe", "lr_probe_reason",
+    "lr_sensitivity", "lr_margin", "objectives_seed"})
+
+
 def _knobs(raw: dict[Any, Any], root: str) -> tuple[dict[str, _Knob], bool]:
     if not raw:
         raise SpecError(root, "the search space is empty", "add at least one knob, e.g. "
@@ -729,6 +739,14 @@ def _knobs(raw: dict[Any, Any], root: str) -> tuple[dict[str, _Knob], bool]:
         if not isinstance(name, str) or not _KNOB.fullmatch(name):
             raise SpecError(key, "knob names must be identifiers",
                             "use letters, digits and '_' (e.g. batch_size)")
+        if name == STEPS_KNOB:
+            raise SpecError(key, "the step count is the budget, not a knob: every trial runs "
+                            "budget.max_steps (write_back.max_steps says where your config "
+                            "keeps it)", "drop it from search_space and set budget.max_steps")
+        if name in RESERVED_KNOBS:
+            raise SpecError(key, f"'{name}' names a column sweeps keeps for every trial in "
+                            "trials.csv and pareto.csv", f"name the knob e.g. '{name}_' or "
+                            f"'my_{name}' (write_back maps it to your config's '{name}')")
         if isinstance(entry, list):
             raise SpecError(key, "a bare list is ambiguous",
                             f"write '{{type: categorical, choices: {entry}}}'")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from sweeps.spec.probed import ProbedHigh
@@ -24,6 +24,18 @@ def _check_order(low: float, high: float) -> None:
                                    "fix": f"swap them: low: {high}, high: {low}"})
 
 
+def _no_bool(value: Any) -> Any:
+    """A bound given as true/false is a slip, not 1/0 (pydantic would take it as one)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{str(value).lower()} is no number")
+    return value
+
+
+#: A range bound: a finite number (text such as YAML 1.1's ``1e-5`` is read as one).
+Bound = Annotated[float, BeforeValidator(_no_bool)]
+IntBound = Annotated[int, BeforeValidator(_no_bool)]
+
+
 class _Knob(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -35,9 +47,9 @@ class LogUniform(_Knob):
     """A float sampled evenly in log space: ``{type: loguniform, low: 1e-5, high: 1e-1}``."""
 
     type: Literal["loguniform"]
-    low: float = Field(gt=0, description="lower bound, > 0")
-    high: float = Field(gt=0, description="upper bound, > 0 (lr's may be 'probe': the "
-                        "boundary probe sets it)")
+    low: Bound = Field(gt=0, allow_inf_nan=False, description="lower bound, > 0")
+    high: Bound = Field(gt=0, allow_inf_nan=False, description="upper bound, > 0 "
+                        "(lr's may be 'probe': the boundary probe sets it)")
     probed: ProbedHigh | None = Field(default=None, description="written by sweeps: where "
                                       "a probed high came from")
 
@@ -56,9 +68,9 @@ class Uniform(_Knob):
     """A float sampled evenly: ``{type: uniform, low: 0.0, high: 0.3}``."""
 
     type: Literal["uniform"]
-    low: float
-    high: float = Field(description="upper bound (lr's may be 'probe': the boundary probe "
-                        "sets it)")
+    low: Bound = Field(allow_inf_nan=False)
+    high: Bound = Field(allow_inf_nan=False, description="upper bound (lr's may "
+                        "be 'probe': the boundary probe sets it)")
     probed: ProbedHigh | None = Field(default=None, description="written by sweeps: where "
                                       "a probed high came from")
 
@@ -77,9 +89,9 @@ class IntRange(_Knob):
     """An integer: ``{type: int, low: 0, high: 100, step: 10}`` (``log: true`` for log scale)."""
 
     type: Literal["int"]
-    low: int
-    high: int
-    step: int = Field(default=1, ge=1)
+    low: IntBound
+    high: IntBound
+    step: IntBound = Field(default=1, ge=1)
     log: bool = False
 
     @model_validator(mode="after")

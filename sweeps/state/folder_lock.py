@@ -296,7 +296,12 @@ def _lock(folder: Path, command: str, warn: Callable[[str], None]) -> int | None
     """Take the lock of ``folder`` (created if missing) without waiting; returns its fd."""
     check_ours(folder, command)
     check_private(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecError(str(folder), f"cannot create the results folder "
+                        f"({exc.strerror or exc})", "give a results folder you own and can "
+                        "write to (--output DIR, or output: in the sweep file)") from exc
     path = folder / LOCK_FILE
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)

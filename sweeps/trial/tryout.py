@@ -18,7 +18,7 @@ from sweeps.protocol import (
     TRACEBACK_KEY,
 )
 from sweeps.spec.config_paths import get_path, leaf_paths
-from sweeps.spec.loader import Sweep
+from sweeps.spec.loader import RESERVED_KEY, Sweep
 from sweeps.spec.space import Categorical, Fixed, IntRange, LogUniform, Uniform, central_value
 from sweeps.terminal import console as make_console
 from sweeps.terminal import flagged
@@ -36,6 +36,10 @@ def try_values(sweep: Sweep, sets: dict[str, Any]) -> dict[str, Any]:
             current if current is not None else central_value(knob)
     knob_at = {path: knob for knob, path in sweep.spec.write_back.items() if knob in sweep.space}
     for key, value in sets.items():
+        if key.split(".")[0] == RESERVED_KEY and key not in sweep.space:
+            raise SpecError(f"--set {key}", f"'{RESERVED_KEY}' is reserved: sweeps fills it "
+                            "with the trial's own seed, step count and device",
+                            "use --seed S and --steps N (the device is the machine's)")
         if key in sweep.space:
             check_knob_value(sweep, key, value)
             values[key] = value

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from sweeps.results.export import config_for, render, write_config
@@ -83,16 +84,20 @@ def test_only_the_runs_own_step_count_is_noted(linreg_sweep: Sweep) -> None:
     assert unmapped_step_count(spec, space, {"train": {"steps": 60}}) is None  # the same
 
 
-def test_a_knob_named_max_steps_is_written_like_any_knob(tmp_path: Path) -> None:
+def test_a_knob_named_max_steps_is_bad_input(tmp_path: Path) -> None:
+    """Every trial runs budget.max_steps (the trainer's sweep.max_steps): a searched
+    max_steps wrote 17 into the hand-over of a config that ran 60 steps."""
+    from sweeps.errors import SpecError
     from tests.unit.conftest import load_linreg
 
-    sweep = load_linreg(tmp_path, search_space={"lr": {"type": "loguniform", "low": 0.01,
-                                                       "high": 1.0},
-                                                "max_steps": {"type": "categorical",
-                                                              "choices": [40, 60]}},
-                        write_back={"lr": "train.lr", "max_steps": "train.steps"})
-    assert sweep.steps_path is None  # a knob, not the budget's step count
-    assert config_for(sweep, {"lr": 0.2, "max_steps": 40})["train"]["steps"] == 40
+    with pytest.raises(SpecError) as err:
+        load_linreg(tmp_path, search_space={"lr": {"type": "loguniform", "low": 0.01,
+                                                   "high": 1.0},
+                                            "max_steps": {"type": "categorical",
+                                                          "choices": [40, 60]}},
+                    write_back={"lr": "train.lr", "max_steps": "train.steps"})
+    assert err.value.key == "search_space.max_steps"
+    assert "budget.max_steps" in err.value.fix
 
 
 def _json_base(folder: Path, text: str | None = None) -> Sweep:
