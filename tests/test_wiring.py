@@ -27,6 +27,8 @@ def test_each_wiring_warning_comes_once_on_the_report_where_it_shows():
     assert _given(measured) == [], "a measured gradient first: a dead net later, not wiring"
     twice = [{"step": s // 2, "grad_norm": 1.0} for s in range(2, 10)]
     assert _given(twice) == ["a step was reported again @ 1"]
+    per_epoch = [{"step": s % 7, "loss": 1.0} for s in range(1, 20)]  # counter per epoch
+    assert _given(per_epoch) == ["a step went backwards @ 0"]
     validation = [{"step": 10, "loss": 1.0, "grad_norm": 1.0}, {"step": 10, "val_loss": 1.0}]
     assert _given(validation) == [], "a validation report at the training step is fine"
     zeroed = [{"step": 1, "grad_norm": 1.0}, {"step": 2, "grad_norm": 1.0, "zeroed_grads": 1.0},

@@ -36,6 +36,10 @@ ZEROED_GRADS = ("every gradient was zero at optimizer.step() although Monitor me
 CLIPPED_FIRST = ("monitor.clip() ran before monitor.measure(): the grad norm measured is the "
                  "clipped one, so grad_blowup and frequent_clipping see nothing: measure "
                  "first, then clip")
+STEP_BACK = ("a step went backwards: the trial's history keeps the reports of a restarted "
+             "run, so every report from that step on was replaced by the new ones (the rules "
+             "and the report see the last stretch only); report one step counter that only "
+             "grows, e.g. epoch * steps_per_epoch + i, not one per epoch")
 STEP_AGAIN = ("a step was reported again: call report once per optimizer step (with "
               "gradient accumulation, after optimizer.step(), not per micro-batch)")
 
@@ -110,7 +114,10 @@ class WiringWatch:
         step = int(newest.get("step", 0))
         found = []
         before = history[-2] if len(history) > 1 else None
-        if before is not None and step <= int(before.get("step", 0)) and \
+        if before is not None and step < int(before.get("step", 0)):
+            found.append(("step_back", f"{STEP_BACK} (step {step} after step "
+                                       f"{int(before.get('step', 0))})"))
+        elif before is not None and step == int(before.get("step", 0)) and \
                 "grad_norm" in newest and "grad_norm" in before:
             found.append(("step_again", f"{STEP_AGAIN} (step {step} after step "
                                         f"{int(before.get('step', 0))})"))
