@@ -54,7 +54,7 @@ def test_a_trainer_hung_in_its_import_on_the_workers_does_not_stall_the_sweep(
         "from linreg_trainer import train\n")
     _configure(linreg_dir, "import-hangs", {},
                {"trials": 3, "max_steps": 30, "concurrent": 2, "scheduler": "none",
-                "hang_timeout": 10})
+                "hang_timeout": 6})
     edit_linreg(linreg_dir, trainer="hangs_on_import:train")
     monkeypatch.chdir(linreg_dir)
     start = time.monotonic()

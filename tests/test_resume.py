@@ -108,6 +108,25 @@ def test_driver_killed_mid_sweep_resumes_without_losing_trials(linreg_dir, monke
     assert len(children) == len(read_results_csv(out / "trials.csv"))
 
 
+def test_sigterm_ends_a_command_with_143_and_a_line_not_a_traceback(linreg_dir):
+    """A scheduler's or a user's kill (SIGTERM) ends as Ctrl-C does, saying so; for a
+    sweep the line names `sweeps resume` (checked by hand on a sweep: Ray's driver turns
+    SIGTERM into the same exit)."""
+    edit_linreg(linreg_dir, train={"sleep": 0.1})
+    command = subprocess.Popen([sys.executable, "-m", "sweeps", "try", "linreg.yaml"],
+                               cwd=linreg_dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    try:
+        assert command.stdout is not None
+        command.stdout.readline()  # it has started
+        os.kill(command.pid, signal.SIGTERM)
+        _, err = command.communicate(timeout=60)
+    finally:
+        if command.poll() is None:
+            os.killpg(command.pid, signal.SIGKILL)
+    assert command.returncode == 143 and err.strip().endswith("terminated"), err[-2000:]
+
+
 def test_an_interrupted_sweep_exits_130_and_says_how_to_resume(linreg_dir):
     edit_linreg(linreg_dir, name="stopped",
                 budget={"trials": 10, "max_steps": 60, "concurrent": 2, "scheduler": "none"},

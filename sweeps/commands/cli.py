@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import signal
 import sys
+import threading
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -554,8 +556,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     from sweeps.state import folder_lock
 
     folder_lock.allow_shared(bool(getattr(args, "allow_shared_folder", False)))
+    before = _exit_on_sigterm()
     try:
         return args.func(args)
+    except SystemExit as exc:
+        if exc.code != signal.SIGTERM:
+            raise
+        line = _interrupted_line(args)  # terminated: the same way on as after Ctrl-C
+        err_console.print("terminated" + line.removeprefix("interrupted"))
+        return 128 + signal.SIGTERM
     except SpecError as exc:
         echo(f"error: {exc.key}: {exc.problem}.\n  fix: {exc.fix}", file=sys.stderr)
         return SpecError.exit_code
@@ -581,6 +590,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         echo(message(full, _folder_of(args)), file=sys.stderr)
         return 1
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
+
+
+def _exit_on_sigterm() -> Any:
+    """SIGTERM (a scheduler's or a user's kill) ends the command as Ray's driver handler
+    does, by ``sys.exit(SIGTERM)``, so that :func:`main` can say how to continue; the
+    handler it replaced is returned (None off the main thread: nothing is changed)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
 
 
 def _interrupted_line(args: argparse.Namespace) -> str:
