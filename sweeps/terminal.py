@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import sys
 from collections.abc import Iterable
 from typing import IO, Any
@@ -96,3 +97,14 @@ def echo_stderr(text: Any) -> None:
     """:func:`echo` to stderr: warnings and notes, which may carry a folder's name or a
     tracking error."""
     echo(text, file=sys.stderr)
+
+
+def shell_word(text: Any) -> str:
+    """``text`` as one shell word, for a command printed to be copied (a path with a
+    space in it would split): unchanged when it needs no quoting.
+
+    Example:
+        >>> shell_word("/tmp/results/demo"), shell_word("/tmp/my results/demo")
+        ('/tmp/results/demo', "'/tmp/my results/demo'")
+    """
+    return shlex.quote(str(text))

@@ -51,6 +51,8 @@ CASES = {
     "an infinite bound": (lambda d: d["search_space"].update(
         lr={"type": "uniform", "low": 0.0, "high": float("inf")}), "search_space.lr.high",
         "finite"),
+    "a trial count that is true": (lambda d: d.update(budget={"trials": True}),
+                                   "budget.trials", "no number"),
     "a bound that is true": (lambda d: d["search_space"].update(
         lr={"type": "uniform", "low": False, "high": True}), "search_space.lr.low",
         "no number"),

@@ -21,7 +21,7 @@ from sweeps.cluster.slurm import add_commands as add_slurm_commands
 from sweeps.commands.audit import add_commands as add_audit_commands
 from sweeps.errors import ClusterNotReady, PreflightFailed, ProbeCrashed, SpecError
 from sweeps.protocol import CRASH, OK, SEARCH, objective_column
-from sweeps.terminal import clean, echo, flagged
+from sweeps.terminal import clean, echo, flagged, shell_word
 from sweeps.terminal import console as make_console
 
 #: Every string printed here may hold text from a trainer, a knob or a results folder:
@@ -392,7 +392,7 @@ def print_counts_and_selection(outcome) -> None:
     console.print(f"trials: {out / 'trials.csv'}  report: {outcome.report}")
     tracked = getattr(outcome, "tracking", None)
     if tracked and tracked.startswith("sqlite:"):
-        console.print(f"MLflow: mlflow ui --backend-store-uri {tracked}")
+        console.print(f"MLflow: mlflow ui --backend-store-uri {shell_word(tracked)}")
     elif tracked:
         console.print(f"MLflow: {tracked} (experiment {sweep.name})")
     else:
@@ -611,7 +611,7 @@ def _interrupted_line(args: argparse.Namespace) -> str:
     folder = _folder_of(args)
     if folder is None or not (folder / "sweep.yaml").is_file():
         return "interrupted"
-    return f"interrupted: `sweeps resume {folder}` continues where it stopped"
+    return f"interrupted: `sweeps resume {shell_word(folder)}` continues where it stopped"
 
 
 def _folder_of(args: argparse.Namespace) -> Path | None:

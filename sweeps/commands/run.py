@@ -37,7 +37,7 @@ from sweeps.state import folder_lock, saved_sweep
 from sweeps.state import seal as state_seal
 from sweeps.state.atomic import remove_left_behind, write_text
 from sweeps.state.layout import SELECTION_NOTES, STUDY_FILE, TRACKING_NOTE
-from sweeps.terminal import echo_stderr
+from sweeps.terminal import echo_stderr, shell_word
 from sweeps.trial.knob_check import sweep_problem
 from sweeps.trial.run import trainer_metrics
 from sweeps.tune.experiments import run_configs, run_search
@@ -376,8 +376,8 @@ def write_outputs(sweep: Sweep, book: TrialBook, front: list[TrialRecord],
                 f"(trials.csv, pareto.csv, stable/, report.html); see {out / TRACKING_NOTE}")
         note = [f"MLflow: {uri}", f"NOT LOGGED: {error}",
                 "Every other output of the sweep is complete. To log it once the tracking "
-                f"server is back: sweeps resume {out} --tracking-uri URI (runs nothing again, "
-                "rewrites the outputs and logs them)"]
+                f"server is back: sweeps resume {shell_word(out)} --tracking-uri URI (runs "
+                "nothing again, rewrites the outputs and logs them)"]
     write_text(out / TRACKING_NOTE, "\n".join(note) + "\n")
     warnings = [w for w in [chosen.base_warning(),
                             chosen.baseline_warning(sweep.quality_baseline)] if w]

@@ -36,6 +36,7 @@ space they run on the same seeds after the search instead (``confirm.base``).
 from __future__ import annotations
 
 import math
+import shlex
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -793,8 +794,9 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
             notes.append(f"confirmation stopped after {len(judged)} candidate(s): another "
                          f"round would pass budget.total_steps ({spent} of "
                          f"{sweep.spec.budget.total_steps} spent); raise total_steps to "
-                         f"confirm more (`sweeps resume {sweep.output_dir} --total-steps N` "
-                         "settles them without starting again)")
+                         "confirm more (`sweeps resume "
+                         f"{shlex.quote(str(sweep.output_dir))} --total-steps N` settles them "
+                         "without starting again)")
             break
         batch, queue = queue[:take], queue[take:]
         run_stage(plan(sweep, book, batch, "screen") + base_runs)
@@ -859,7 +861,8 @@ def _unsettled_note(sweep: Sweep, book: TrialBook, judged: list[Confirmation]) -
                 "search space or lower the LR range")
     steps = sum(ladder_cost(sweep, book, book.trials[c.trial_id]) for c in open_)
     return (f"{len(open_)} candidate(s) are not settled: about {steps} more training steps "
-            f"would settle them (`sweeps resume {sweep.output_dir} --total-steps N`)")
+            "would settle them (`sweeps resume "
+            f"{shlex.quote(str(sweep.output_dir))} --total-steps N`)")
 
 
 def _sensitivity(member: TrialRecord, probe: TrialRecord, metric: str,

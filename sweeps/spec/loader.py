@@ -40,6 +40,7 @@ from sweeps.spec.space import (
     KNOB_TYPES,
     Categorical,
     Fixed,
+    IntBound,
     IntRange,
     Knob,
     LogUniform,
@@ -92,14 +93,14 @@ class Objective(_Strict):
 class Budget(_Strict):
     """How much the sweep may spend."""
 
-    trials: int = Field(default=32, ge=1, description="trials the search runs (with "
+    trials: IntBound = Field(default=32, ge=1, description="trials the search runs (with "
                         "total_steps: an upper bound, none unless given)")
-    max_steps: int = Field(default=400, ge=1, description="optimizer steps per trial")
-    total_steps: int | None = Field(
+    max_steps: IntBound = Field(default=400, ge=1, description="optimizer steps per trial")
+    total_steps: IntBound | None = Field(
         default=None, ge=1, description="training steps the search may spend in all; no "
         "new trial starts once they are spent, so steps saved by stopping unstable or "
         "poor trials early buy more trials")
-    concurrent: int = Field(default=2, ge=1, description="trials running at once")
+    concurrent: IntBound = Field(default=2, ge=1, description="trials running at once")
     scheduler: Literal["asha", "none"] = Field(
         default="asha", description="early stopping of poor but stable trials")
     grace_steps: int | None = Field(

@@ -33,6 +33,7 @@ def _no_bool(value: Any) -> Any:
 
 #: A range bound: a finite number (text such as YAML 1.1's ``1e-5`` is read as one).
 Bound = Annotated[float, BeforeValidator(_no_bool)]
+#: A whole number: a range bound, a count (``budget.trials: true`` is no count).
 IntBound = Annotated[int, BeforeValidator(_no_bool)]
 
 

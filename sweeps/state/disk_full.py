@@ -10,6 +10,7 @@ there is room.
 from __future__ import annotations
 
 import errno
+import shlex
 import shutil
 from pathlib import Path
 
@@ -57,7 +58,8 @@ def message(error: OSError, folder: Path | None = None) -> str:
     what = f"could not write {where}" if where is not None else \
         f"could not write into {results}" if results is not None else "could not write"
     room = _free(where.parent if where is not None else results or Path.cwd())
-    then = (f"free some space, then `sweeps resume {results}` finishes the sweep (every "
-            "finished trial is kept)" if results is not None and (results / MARKER_FILE).is_file()
+    ours = results is not None and (results / MARKER_FILE).is_file()
+    then = (f"free some space, then `sweeps resume {shlex.quote(str(results))}` finishes the "
+            "sweep (every finished trial is kept)" if ours
             else "free some space and run the command again")
     return f"error: disk full: {what} ({error.strerror or 'no space left'}; {room}); {then}"
