@@ -301,19 +301,29 @@ def _start_loss(history: list[dict]) -> float | None:
     return loss
 
 
+def _tracking_note(note: Path) -> tuple[str | None, str | None]:
+    """(the URI, the parent run) ``tracking.txt`` names: its ``MLflow:`` and ``parent
+    run:`` lines (no parent run after a logging that failed); (None, None) without it."""
+    try:
+        lines = note.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None, None
+
+    def field(prefix: str) -> str | None:
+        return next((line.removeprefix(prefix).strip() for line in lines
+                     if line.startswith(prefix)), None)
+
+    return field("MLflow: "), field("parent run: ")
+
+
 def earlier_tracking_uri(note: Path) -> str | None:
     """The tracking URI the sweep was logged to before (``tracking.txt``), so a resume
     without ``--tracking-uri`` logs to the same store; None when there is none, its
     logging failed (the note says to pass ``--tracking-uri``), or its password was masked
     there (then the resume says to pass ``--tracking-uri`` again)."""
-    try:
-        lines = note.read_text(encoding="utf-8").splitlines()
-    except OSError:
+    uri, parent = _tracking_note(note)
+    if parent is None:
         return None
-    if not any(line.startswith("parent run: ") for line in lines):
-        return None
-    uri = next((line.removeprefix("MLflow: ").strip() for line in lines
-                if line.startswith("MLflow: ")), None)
     if uri and "***@" in uri:
         echo_stderr(f"note: this sweep was logged to {uri} before; its password is not kept "
                     "on disk: pass --tracking-uri again (or set MLFLOW_TRACKING_URI) to log "
@@ -325,14 +335,8 @@ def earlier_tracking_uri(note: Path) -> str | None:
 def logged_parent(note: Path, uri: str) -> str | None:
     """The parent run an earlier logging of this sweep to ``uri`` made (``tracking.txt``),
     else None."""
-    try:
-        lines = note.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return None
-    if f"MLflow: {uri}" not in lines:
-        return None
-    return next((line.removeprefix("parent run: ").strip() for line in lines
-                 if line.startswith("parent run: ")), None)
+    logged, parent = _tracking_note(note)
+    return parent if logged == uri else None
 
 
 def write_outputs(sweep: Sweep, book: TrialBook, front: list[TrialRecord],

@@ -535,23 +535,17 @@ def nearest_base_point(sweep: Sweep) -> tuple[dict[str, Any], dict[str, Any]] | 
     there, so the sampler learns from your neighbourhood; the base config itself still
     runs on the fresh seeds (:func:`plan_base`). None when the base point is in the space,
     or a categorical value is not among its choices."""
-    from sweeps.spec.space import contains, nearest_value, optuna_space
+    from sweeps.spec.space import off_space, optuna_space
     from sweeps.trial.tryout import try_values
 
-    if not sweep.spec.confirm.base or sweep.base_unset or base_point(sweep) is not None:
+    if not sweep.spec.confirm.base or sweep.base_unset:
         return None
-    values = try_values(sweep, {})
-    point: dict[str, Any] = {}
-    moved: dict[str, Any] = {}
-    for k in optuna_space(sweep.space):
-        if contains(sweep.space[k], values[k]):
-            point[k] = values[k]
-            continue
-        near = nearest_value(sweep.space[k], values[k])
-        if near is None:
-            return None
-        point[k], moved[k] = near, values[k]
-    return point, moved
+    values = {k: v for k, v in try_values(sweep, {}).items() if k in optuna_space(sweep.space)}
+    off = off_space(sweep.space, values)
+    if not off or any(near is None for _, near in off.values()):
+        return None  # in the space (the base point itself), or no nearest point
+    return ({**values, **{k: near for k, (_, near) in off.items()}},
+            {k: value for k, (value, _) in off.items()})
 
 
 def base_trial(sweep: Sweep, book: TrialBook) -> TrialRecord | None:
@@ -826,7 +820,7 @@ def pair_on_shared_seeds(holding: list[Confirmation]) -> list[Confirmation]:
     others ran too (the same seeds: the same initial weights and data order), not on a
     mean its extra seeds' luck moved."""
     sets = [set(c.fresh_quality) for c in holding]
-    if len(holding) < 2 or all(not s for s in sets) or all(s == sets[0] for s in sets):
+    if len(holding) < 2 or all(s == sets[0] for s in sets):
         return holding
     shared = sorted(set.intersection(*sets))
     for c in holding:

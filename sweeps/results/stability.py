@@ -32,12 +32,6 @@ SAFETY_MARGIN = 2.0
 DECREASE = 0.9
 #: Failures that mean "not learning" rather than "unstable".
 SLOW_REASONS = frozenset({"flat_at_baseline"})
-
-
-def slow(reason: str | None, evidence: dict[str, Any] | None) -> bool:
-    """A verdict that says too slow, not unstable: flat at the random guess, unless the
-    run had learnt and went back there (``went_back``: the LR destroyed what it learnt)."""
-    return reason in SLOW_REASONS and not (evidence or {}).get("went_back")
 #: A run "clips too often" when more than this share of its steps exceed grad_clip.
 CLIP_WARN = 0.5
 #: The first this many grad-norm reports are a run's "start" in the clipping diagnosis.
@@ -49,6 +43,12 @@ NORM_GROWTH = 2.0
 #: best stable cell's (``objectives.quality_gap``: a share of the best cell's improvement
 #: over ``rules.baseline_loss`` when there is one, else of ``|best|``).
 POOR_GAP = 0.10
+
+
+def slow(reason: str | None, evidence: dict[str, Any] | None) -> bool:
+    """A verdict that says too slow, not unstable: flat at the random guess, unless the
+    run had learnt and went back there (``went_back``: the LR destroyed what it learnt)."""
+    return reason in SLOW_REASONS and not (evidence or {}).get("went_back")
 
 
 @dataclass(frozen=True)

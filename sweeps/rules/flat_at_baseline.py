@@ -136,8 +136,8 @@ def lr_warming(history: Sequence[Mapping[str, Any]], anchor: int) -> bool:
     ramp) covers part of the stretch, which then says nothing yet of the LR that was
     chosen. A fall first (a decay, or a warm restart after one) is no warmup."""
     before: float | None = None
-    for report in history[anchor:]:
-        lr = finite_num(report, "lr")
+    for i in range(anchor, len(history)):
+        lr = finite_num(history[i], "lr")
         if lr is None:
             continue
         if before is not None and lr > before * (1 + 1e-9):

@@ -49,7 +49,7 @@ from sweeps.spec.space import (
     contains,
     fixed_values,
     knob_entry,
-    nearest_value,
+    off_space,
 )
 from sweeps.spec.trainer_loader import load_trainer, search_paths
 from sweeps.trial.compile import COMPILE_MODES
@@ -560,21 +560,15 @@ def off_space_note(sweep: Sweep) -> str | None:
     nearest point in the space when only numbers out of range put it off."""
     if not sweep.spec.confirm.base or sweep.base_unset:
         return None
-    off: list[str] = []
-    near: list[str] = []
-    for name, knob in sweep.space.items():
-        value = sweep.base_value(name)
-        if knob.is_fixed() or value is None or contains(knob, value):
-            continue
-        off.append(f"{name}={value!r}")
-        moved = nearest_value(knob, value)
-        near.append("" if moved is None else f"{name}={moved:.4g}")
+    off = off_space(sweep.space, {name: sweep.base_value(name) for name in sweep.space})
     if not off:
         return None
-    start = (f"the search starts at the point in the space nearest it ({', '.join(near)})"
-             if all(near) else "the search starts without it (a categorical value is not "
-             "among its choices)")
-    return (f"your base config's {', '.join(off)} lies off the search space: {start}, and "
+    start = ("the search starts at the point in the space nearest it ("
+             + ", ".join(f"{k}={near:.4g}" for k, (_, near) in off.items()) + ")"
+             if all(near is not None for _, near in off.values()) else
+             "the search starts without it (a categorical value is not among its choices)")
+    shown = ", ".join(f"{k}={value!r}" for k, (value, _) in off.items())
+    return (f"your base config's {shown} lies off the search space: {start}, and "
             "your base config's own values run on the fresh seeds only, as the reference; "
             "let the range include the value to race it as the search's first trial")
 

@@ -219,6 +219,16 @@ def nearest_value(knob: _Knob, value: Any) -> Any | None:
     return float(near)
 
 
+def off_space(space: dict[str, _Knob], values: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """The searched knobs whose value in ``values`` the space does not contain: {knob:
+    (value, :func:`nearest_value` in its range, or None)}. Fixed knobs and knobs
+    ``values`` leaves out or at None are skipped."""
+    return {name: (values[name], nearest_value(knob, values[name]))
+            for name, knob in space.items()
+            if not knob.is_fixed() and values.get(name) is not None
+            and not contains(knob, values[name])}
+
+
 def contains(knob: _Knob, value: Any) -> bool:
     """Whether ``value`` is one the knob can take."""
     if knob.is_fixed():

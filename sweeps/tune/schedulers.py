@@ -82,9 +82,8 @@ class WatchedASHA(HangWatch, ASHAScheduler):
     ``warmup`` knob) has ended, at the highest rung it has passed by then: a trial is
     not cut while its LR is still rising (nor while the LR it reports still rises, for a
     warmup no knob describes), nor in the last tenth of its steps (at its last step it
-    finished: ok, not pruned). The
-    race's re-runs on fresh seeds are never judged by ASHA (they run their full length,
-    or until a rule stops them).
+    finished: ok, not pruned). The race's re-runs on fresh seeds are never judged by ASHA
+    (they run their full length, or until a rule stops them).
     """
 
     def __init__(self, book: TrialBook, timeout: float | None, **asha: Any) -> None:
@@ -144,15 +143,19 @@ class WatchedASHA(HangWatch, ASHAScheduler):
         rec = self._book.trials.get(trial.trial_id)
         if rec is None:
             return False
-        lrs = [(h["step"], h["lr"]) for h in rec.history
-               if isinstance(h.get("step"), (int, float)) and h["step"] <= step
-               and isinstance(h.get("lr"), (int, float))]
+        last: tuple[float, float] | None = None  # (step, lr) of the newest LR up to step
         if isinstance(result.get("lr"), (int, float)):
-            lrs = [p for p in lrs if p[0] < step] + [(step, result["lr"])]
-        if len(lrs) < 2:
-            return False
-        (_, lr), before = lrs[-1], next((v for s, v in reversed(lrs) if s < lrs[-1][0]), None)
-        return before is not None and lr > before * (1 + 1e-9)
+            last = (step, result["lr"])
+        for h in reversed(rec.history):  # newest first: two LRs end it
+            at, lr = h.get("step"), h.get("lr")
+            if not isinstance(at, (int, float)) or not isinstance(lr, (int, float)) or \
+                    at > step:
+                continue
+            if last is None:
+                last = (at, lr)
+            elif at < last[0]:
+                return last[1] > lr * (1 + 1e-9)
+        return False
 
     def on_trial_remove(self, tune_controller: Any, trial: Trial) -> None:
         if not is_rerun(trial):
