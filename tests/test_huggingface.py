@@ -352,3 +352,34 @@ def test_transformers_progress_bars_are_off_while_a_trial_trains_and_back_after(
              callbacks=[Watch()])
     assert seen and not any(seen), "saved with the bars off"
     assert hf_logging.is_progress_bar_enabled()
+
+
+def test_with_accumulation_a_model_that_ignores_the_item_count_reports_its_mean_loss(tmp_path):
+    """The Trainer hands ``num_items_in_batch`` to any model whose forward takes ``**kwargs``
+    and then sums the micro-batches' losses; BERT's classifier takes it and returns a plain
+    mean, so transformers logs twice its loss with 2 micro-batches (the sweep stopped every
+    config as diverging). The report is the mean of the losses the model returned."""
+    config = transformers.BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1,
+                                     num_attention_heads=2, intermediate_size=32,
+                                     max_position_embeddings=32, num_labels=2)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(1, 64, (64, 12), generator=gen)
+    rows = [{"input_ids": x, "attention_mask": torch.ones_like(x),
+             "labels": int((x == 5).sum()) % 2} for x in ids]
+    model = transformers.BertForSequenceClassification(config)
+    micro: list[float] = []
+    model.register_forward_hook(
+        lambda m, a, out: micro.append(float(out["loss"].detach())) if m.training else None)
+    reports = Reports()
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=8,
+        gradient_accumulation_steps=2, learning_rate=1e-3, logging_steps=1,
+        save_strategy="no", report_to="none", use_cpu=True, disable_tqdm=True, seed=0)
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=rows,
+                                   callbacks=[SweepsCallback(reports)])
+    trainer.train()
+
+    assert len(micro) == 8
+    means = [sum(micro[i:i + 2]) / 2 for i in range(0, 8, 2)]
+    assert [r["loss"] for r in reports] == pytest.approx(means, rel=1e-6)
+    assert all(0.5 < r["loss"] < 1.0 for r in reports), "near ln 2, the random guess"

@@ -13,10 +13,14 @@ Where the numbers come from (transformers' own ``grad_norm`` is logged only ever
   accumulation queues it), so before ``clip_grad_norm_``, the optimizer step and
   ``zero_grad``, every step, with clipping on or off. With gradient accumulation the last
   micro-batch's measurement holds the whole step's gradient.
-* ``loss``: the ``loss`` the model returns in training mode (the mean over the step's
+* ``loss``: the ``loss`` the model returns in training mode: the mean over the step's
   micro-batches, or their sum when the model normalised it over the step via
-  ``num_items_in_batch``): the value transformers logs, but a NaN stays a NaN
-  (``logging_nan_inf_filter`` hides it in the log).
+  ``num_items_in_batch``. The Trainer passes that count to any model whose ``forward``
+  takes ``**kwargs``, and then sums, though many such models (BERT's classifiers) return
+  a plain mean and ignore it, so its logged loss is ``gradient_accumulation_steps`` times
+  too large. Here the first micro-batch that gets the count is watched
+  (:class:`_Watched`): the sum is taken only when the model's forward used it. A NaN
+  stays a NaN (``logging_nan_inf_filter`` hides it in the log).
 * ``lr``: the optimizer's LR just before its step (transformers' ``learning_rate``).
 * ``val_loss``: ``eval_loss`` from ``on_evaluate``, merged into the report of the step it
   evaluated.
@@ -29,7 +33,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -46,6 +50,26 @@ Report = Callable[..., None]  # report(metrics, checkpoint=None)
 
 #: Evaluation metrics that describe the evaluation run, not the model: not reported.
 EVAL_TIMINGS = frozenset({"eval_runtime", "eval_samples_per_second", "eval_steps_per_second"})
+
+
+class _Watched(torch.Tensor):
+    """``num_items_in_batch`` as one forward pass gets it: any torch operation on it (a
+    loss divided by it, moved to a device) is recorded in ``used``, and computes as on a
+    plain tensor (the results are plain tensors)."""
+
+    used: ClassVar[list[str]] = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        cls.used.append(getattr(func, "__name__", str(func)))
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **(kwargs or {}))
+
+
+def _watch(items: torch.Tensor) -> tuple[type[_Watched], torch.Tensor]:
+    """A :class:`_Watched` subclass of its own (its ``used`` list) and ``items`` as one."""
+    watched = type("_Watched", (_Watched,), {"used": []})
+    return watched, items.as_subclass(watched)
 
 
 class SweepsCallback(TrainerCallback):
@@ -87,6 +111,10 @@ class SweepsCallback(TrainerCallback):
         self._grads: tuple[float, int, int] | None = None
         self._losses: list[torch.Tensor] = []
         self._loss_summed = False
+        #: Whether the model normalises its loss by ``num_items_in_batch`` (None: not
+        #: known yet; see the module's docstring).
+        self._normalises: bool | None = None
+        self._watched: type[_Watched] | None = None
         self._lr: float | None = None
         self._started = time.perf_counter()
         self._pending: dict[str, Any] | None = None
@@ -98,11 +126,17 @@ class SweepsCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         self._detach()
         self._pending, self._optimizer = None, optimizer
+        # a compiled forward gets no stand-in for the count: its sum is taken on trust
+        self._normalises = True if args.torch_compile or hasattr(model, "_orig_mod") \
+            else None
+        self._watched = None
         # The model's parameters only: an accelerate optimizer is no plain torch optimizer.
         self._monitor = Monitor(model)
         for param in model.parameters():
             if param.requires_grad:
                 self._handles.append(param.register_post_accumulate_grad_hook(self._on_grad))
+        self._handles.append(model.register_forward_pre_hook(self._before_forward,
+                                                             with_kwargs=True))
         self._handles.append(model.register_forward_hook(self._on_forward, with_kwargs=True))
 
     def _on_grad(self, _param: torch.Tensor) -> None:
@@ -120,13 +154,27 @@ class SweepsCallback(TrainerCallback):
             norm /= float(scaler.get_scale())
         self._grads = (norm, nonfinite, dead)
 
+    def _before_forward(self, module, args, kwargs):
+        """On the first training forward given ``num_items_in_batch``, hand the model a
+        watched stand-in for it, to learn whether its loss uses it."""
+        if self._normalises is not None or not (module.training and torch.is_grad_enabled()):
+            return None
+        items = kwargs.get("num_items_in_batch")
+        if type(items) is not torch.Tensor:
+            return None
+        self._watched, stand_in = _watch(items)
+        return args, {**kwargs, "num_items_in_batch": stand_in}
+
     def _on_forward(self, module, _args, kwargs, output) -> None:
         if not (module.training and torch.is_grad_enabled()):
             return  # evaluation
+        if self._watched is not None:
+            self._normalises, self._watched = bool(self._watched.used), None
         loss = output.get("loss") if isinstance(output, Mapping) else None
         if torch.is_tensor(loss):
             self._losses.append(loss.detach().float().clone())
-            self._loss_summed = kwargs.get("num_items_in_batch") is not None
+            self._loss_summed = kwargs.get("num_items_in_batch") is not None and \
+                self._normalises is not False
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._flush()
