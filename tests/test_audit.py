@@ -269,18 +269,24 @@ def test_judge_outcomes(vals, status, outcome, why):
     assert run.outcome == outcome and why in run.why
 
 
-@pytest.mark.parametrize(("loss", "acc", "outcome", "why"), [
-    (0.50, 0.6328, "poor", "15% worse than the best 0.6836"),  # of the gain over 1/3
-    (0.50, 0.66, "recovered", "within"),
-    (1.09, 0.34, "failed", "ended at loss 1.09, no better than the random-guess 1.099"),
+@pytest.mark.parametrize(("loss", "acc", "baseline", "outcome", "why"), [
+    (0.50, 0.6328, 1 / 3, "poor", "15% worse than the best 0.6836"),  # of the gain over 1/3
+    (0.50, 0.66, 1 / 3, "recovered", "within"),
+    (1.09, 0.34, 1 / 3, "failed",
+     "ended at eval_accuracy 0.34, no better than the random-guess 0.3333"),
+    # the loss at its random guess (small logits) while the accuracy is well above chance
+    (1.09, 0.60, 1 / 3, "poor", "worse than the best"),
+    # no baseline declared for the accuracy: the training loss is judged against its own
+    (1.09, 0.60, None, "failed", "ended at loss 1.09, no better than the random-guess 1.099"),
 ])
 def test_an_accuracy_is_judged_against_its_own_baseline_and_the_loss_against_the_loss(
-        loss, acc, outcome, why):
+        loss, acc, baseline, outcome, why):
     """A max objective (3-class accuracy, random guess 1/3) with the loss's own random
-    guess (ln 3): the loss is never compared with the accuracy's baseline."""
+    guess (ln 3): the loss is never compared with the accuracy's baseline, and with a
+    declared baseline the accuracy says whether the run ended at the random guess."""
     hist = [{"step": 1, "loss": 1.1, "eval_accuracy": 0.33},
             {"step": 2, "loss": loss, "eval_accuracy": acc}]
-    run = judge(_run(hist), "eval_accuracy", "max", best=0.6836, baseline=1 / 3,
+    run = judge(_run(hist), "eval_accuracy", "max", best=0.6836, baseline=baseline,
                 tolerance=0.05, margin=0.1, loss_baseline=math.log(3))
     assert run.outcome == outcome and why in run.why, run.why
 

@@ -259,3 +259,29 @@ def test_a_run_that_learnt_and_went_back_says_so():
     assert not slow(verdict.reason, verdict.evidence)
     never = first_firing(losses([B] * 200))
     assert "went_back" not in never.evidence and slow(never.reason, never.evidence)
+
+
+@pytest.mark.parametrize(("acc", "fires"), [(0.95, False), (0.614, False), (0.52, True)])
+def test_a_quality_clearly_better_than_its_declared_baseline_is_learning(acc, fires):
+    """A binary classifier's cross-entropy at ln 2 (small, well-ordered logits) while its
+    eval accuracy, declared with baseline 0.5, is well above chance: not stuck. Within the
+    band of chance (0.5 + 0.05 x 0.5) the loss decides as before."""
+    ln2 = math.log(2)
+    settings = RuleSettings(baseline_loss=ln2, quality_metric="eval_accuracy",
+                            quality_mode="max", quality_baseline=0.5)
+    history = losses(np.full(200, ln2 - 0.001))
+    for report in history[50::50]:
+        report["eval_accuracy"] = acc
+    assert (first_firing(history, settings) is not None) == fires
+    assert first_firing(history, RuleSettings(baseline_loss=ln2)) is not None, "without it"
+
+
+def test_a_min_quality_below_its_declared_baseline_is_learning():
+    """A vMF loss flat at log 4 pi while the angular val_loss (random guess pi/2) falls."""
+    settings = RuleSettings(baseline_loss=2.531, quality_metric="val_loss",
+                            quality_mode="min", quality_baseline=B)
+    history = losses(np.full(200, 2.52))
+    for i, report in enumerate(history[20::20]):
+        report["val_loss"] = B - 0.02 * (i + 1)
+    assert first_firing(history, settings) is None  # val_loss out of the band by step 80
+    assert first_firing(history, RuleSettings(baseline_loss=2.531)).step == 100

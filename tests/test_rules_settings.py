@@ -132,3 +132,19 @@ def test_a_warmup_below_1_is_a_share_of_the_steps(linreg_dir):
     assert trial_settings(sweep, {"warmup": 0.15}).warmup_steps == 30
     assert trial_settings(sweep, {"warmup": 40}).warmup_steps == 40
     assert trial_settings(sweep, {"warmup": 0.0}).warmup_steps == 0
+
+
+def test_a_declared_quality_baseline_reaches_the_rules(linreg_dir):
+    """The first objective's declared ``baseline`` is what flat_at_baseline reads beside the
+    loss; an objective without one (its baseline defaulted) leaves the rule to the loss."""
+    from sweeps.spec.loader import load_sweep
+    from sweeps.trial.run import trial_settings
+    from tests.conftest import edit_linreg
+
+    sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir)
+    assert trial_settings(sweep, {}).quality_metric is None
+    edit_linreg(linreg_dir, objectives=[{"metric": "val_loss", "mode": "min",
+                                         "baseline": 2.0}])
+    settings = trial_settings(load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir), {})
+    assert (settings.quality_metric, settings.quality_mode, settings.quality_baseline) == \
+        ("val_loss", "min", 2.0)

@@ -12,8 +12,10 @@ Each re-run is then judged on how it really ended:
   :func:`sweeps.record.objectives.quality_gap` (a share of the best's improvement over
   the quality objective's ``baseline``, default ``rules.baseline_loss``): a false alarm;
 * ``failed``: it went non-finite, crashed, ended no better than the random-guess
-  baseline (within ``rules.flat_tolerance`` x ``baseline_loss`` of it, or above
-  it), or ended worse than it started;
+  baseline (within ``rules.flat_tolerance`` x the baseline of it, or on its wrong side:
+  the quality objective against its ``baseline``, or, for a ``max`` objective without
+  one, the training loss against ``rules.baseline_loss``), or ended worse than it
+  started;
 * ``poor``: learning and finite, but outside the margin.
 
 Per rule, precision is the share of the audited stops that did not recover
@@ -245,9 +247,10 @@ def judge(run: Rerun, metric: str, mode: str, best: float | None,
     """Set the re-run's quality, gap, outcome and why (see the module docstring).
 
     ``baseline`` is the quality metric's random-guess value (gaps are shares of the
-    improvement over it); ``loss_baseline`` the training loss's, judged in place of a
-    ``max`` metric (an accuracy) for "ended at the random guess" (default ``baseline``
-    for a ``min`` metric)."""
+    improvement over it; "ended at the random guess" is judged on the metric against it,
+    an accuracy within ``tolerance`` x |baseline| above it); ``loss_baseline`` the
+    training loss's, judged instead for a ``max`` metric (an accuracy) with no
+    ``baseline``."""
     hist = run.history
     run.quality = metric_value(hist, metric) if hist else None
     reported = [h[metric] for h in hist if isinstance(h.get(metric), float)]
@@ -268,10 +271,15 @@ def judge(run: Rerun, metric: str, mode: str, best: float | None,
     if run.quality is None or not math.isfinite(run.quality):
         run.outcome, run.why = "failed", f"never reported a finite {metric}"
         return run
-    judged, value, guess = (metric, run.quality, baseline) if mode == "min" else \
-        ("loss", (series(hist, "loss") or [None])[-1], loss_baseline)
-    if guess is not None and value is not None and \
-            no_better_than_guess(value, guess, tolerance):
+    if mode == "min" or baseline is not None:  # the metric, against its random guess
+        judged, value, guess = metric, run.quality, baseline
+    else:  # an accuracy with no baseline declared: the training loss against its guess
+        judged, value, guess = "loss", (series(hist, "loss") or [None])[-1], loss_baseline
+    higher_better = judged == metric and mode == "max"
+    at_guess = guess is not None and value is not None and (
+        value <= guess + tolerance * abs(guess) if higher_better
+        else no_better_than_guess(value, guess, tolerance))
+    if at_guess:
         run.outcome = "failed"
         run.why = (f"ended at {judged} {value:.4g}, no better than the random-guess "
                    f"{guess:.4g} (band {tolerance:g} x baseline)")
@@ -466,8 +474,9 @@ def markdown(sweep_name: str, result: AuditResult, n_stopped: int, sample: int,
         "the objective's `baseline` (default `rules.baseline_loss`), else of its "
         "magnitude): a false alarm.",
         "- **failed**: went non-finite, crashed, ended no better than the random-guess "
-        "baseline (within `rules.flat_tolerance` x `baseline_loss` of it, or above it), or "
-        "ended worse than it started.",
+        "baseline (within `rules.flat_tolerance` x the baseline of it, or on its wrong "
+        "side: the objective against its `baseline`, or for a `max` objective without one "
+        "the training loss against `rules.baseline_loss`), or ended worse than it started.",
         "- **poor**: learning and finite, but outside the margin.",
         "- **precision**: share of a rule's audited stops that did not recover "
         "(1 - recovered / audited); **failed_share**: the strict share that failed. "

@@ -51,7 +51,9 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
     spreads its outputs before its loss moves. A run whose smoothed loss had been below
     the band before the stretch carries ``went_back`` (with ``lowest_before`` and
     ``lowest_at_step``): it learnt and lost it, which the stability grid and the LR
-    probe count as a failure, not as too slow.
+    probe count as a failure, not as too slow. A run whose quality objective, as last
+    reported, is clearly better than its declared random-guess value
+    (:func:`quality_learnt`) learns though its loss sits in the band: no verdict.
 
     Example:
         >>> history = [{"step": s, "loss": 1.5708} for s in range(101)]
@@ -93,6 +95,8 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
         return None  # still in the band, but learning: slow, not stuck
     if settings.is_enabled("collapse") and collapse.plateau_since(history, settings, start):
         return None  # outputs collapsed on a plateau in the window: the collapse rule's
+    if quality_learnt(history, settings):
+        return None  # the quality objective is clearly better than its random guess
     lowest = _lowest_before(history, key, anchor, span)
     went_back = lowest is not None and baseline - lowest[0] > band
     evidence = {
@@ -128,6 +132,31 @@ def _lowest_before(history: Sequence[Mapping[str, Any]], key: str, anchor: int,
         if low is None or smoothed < low[0]:
             low = (smoothed, step_of(report, i))
     return low
+
+
+def quality_learnt(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> bool:
+    """Whether the quality objective's newest reported value is better than its declared
+    random-guess value (``quality_baseline``) by more than ``flat_tolerance`` x its size:
+    a classifier whose accuracy is well above chance while its cross-entropy still sits
+    near ln(classes) (small, well-ordered logits) is learning.
+
+    Example:
+        >>> s = RuleSettings(baseline_loss=0.6931, quality_metric="acc", quality_mode="max",
+        ...                  quality_baseline=0.5)
+        >>> quality_learnt([{"step": 9, "loss": 0.69, "acc": 0.9}], s)
+        True
+        >>> quality_learnt([{"step": 9, "loss": 0.69, "acc": 0.51}], s)
+        False
+    """
+    metric, guess = settings.quality_metric, settings.quality_baseline
+    if metric is None or guess is None:
+        return False
+    value = next((v for h in reversed(history) if (v := finite_num(h, metric)) is not None),
+                 None)
+    if value is None:
+        return False
+    margin = settings.flat_tolerance * abs(guess)
+    return value > guess + margin if settings.quality_mode == "max" else value < guess - margin
 
 
 def lr_warming(history: Sequence[Mapping[str, Any]], anchor: int) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sweeps.rules.verdict import RULE_REASONS
@@ -93,6 +95,19 @@ class RuleSettings(BaseModel):
         description="Steps (the `step` key, not reports) the smoothed loss must stay in "
         "the band, counted after warmup_steps.",
     )
+    quality_metric: str | None = Field(
+        None,
+        description="The quality objective's metric when the sweep file declares its "
+        "`baseline` (sweeps.trial.run fills it with quality_mode and quality_baseline): "
+        "flat_at_baseline does not fire while its newest value is better than that "
+        "baseline by more than flat_tolerance x |baseline| (the model learns though its "
+        "loss sits at the random guess).",
+    )
+    quality_mode: Literal["min", "max"] | None = Field(
+        None, description="The quality objective's mode (sweeps fills it).")
+    quality_baseline: float | None = Field(
+        None, description="The quality objective's declared random-guess value (sweeps "
+        "fills it).")
     flat_min_progress: float = Field(
         0.01,
         ge=0,

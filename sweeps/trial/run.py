@@ -7,6 +7,7 @@ import math
 import os
 from typing import Any
 
+from sweeps.errors import Terminated
 from sweeps.protocol import (
     COMPILE_KEY,
     CRASH,
@@ -77,6 +78,8 @@ def trial_settings(sweep: Sweep, values: dict[str, Any],
     start collapsed and recover). The lr knob is the ``sampled_lr`` lr_anomaly's
     climbs_past_lr compares the optimizer's LR with. ``flat_patience`` (a fresh-seed
     re-run's, :data:`~sweeps.protocol.FLAT_PATIENCE_KEY`) lengthens flat_at_baseline's.
+    The quality objective's declared ``baseline`` lets flat_at_baseline see a model that
+    learns while its loss sits at the random guess (``quality_*``).
     """
     rules = sweep.spec.rules
     update: dict[str, Any] = {}
@@ -87,6 +90,10 @@ def trial_settings(sweep: Sweep, values: dict[str, Any],
     lr = values.get("lr")
     if isinstance(lr, (int, float)) and not isinstance(lr, bool) and 0 < lr < math.inf:
         update["sampled_lr"] = float(lr)
+    quality = sweep.objectives[0] if sweep.objectives else None
+    if quality is not None and quality.baseline is not None and quality.metric != "loss":
+        update.update(quality_metric=quality.metric, quality_mode=quality.mode,
+                      quality_baseline=float(quality.baseline))
     if flat_patience is not None and flat_patience > rules.flat_patience:
         update["flat_patience"] = int(flat_patience)
     return rules.model_copy(update=update) if update else rules
@@ -156,8 +163,8 @@ def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink,
     except TrialStopped:
         return reporter
     except (SystemExit, TrainerExit) as exc:
-        if reporter.ended_by_sink:
-            raise  # Ray Tune ending a trial it stopped, from inside report
+        if reporter.ended_by_sink or isinstance(exc, Terminated):
+            raise  # Ray Tune ending a trial it stopped, from inside report; or SIGTERM
         return _crashed(reporter, sink, exit_verdict(exc, _last_step(reporter)))
     except Exception as exc:  # noqa: BLE001 - every trainer error becomes a trial outcome
         reason, error = classify(exc), error_line(exc)
