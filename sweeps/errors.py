@@ -49,3 +49,9 @@ def a_type(value: object) -> str:
         return "nothing (null)"
     name = type(value).__name__
     return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+
+
+class Terminated(SystemExit):
+    """SIGTERM reached the command (``sweeps`` turns it into this exit, code 15): a trainer
+    running in the command's own process (``sweeps try``) must not take it for its own
+    ``sys.exit``."""

@@ -33,6 +33,19 @@ def test_an_address_nothing_answers_at_is_named():
         check_address("head-node")
 
 
+def test_the_jobs_api_url_is_named_as_the_wrong_address():
+    """The dashboard's http:// URL (what ``sweeps submit`` takes) given to run or resume is
+    named as such, with the GCS address as the fix; it used to read "nothing answers"."""
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        for url in (f"http://127.0.0.1:{port}", f"https://127.0.0.1:{port}"):
+            with pytest.raises(SpecError, match="Jobs API's URL") as err:
+                check_address(url)
+            assert "GCS address host:port" in str(err.value)
+
+
 @pytest.mark.parametrize("command", ["run", "resume"])
 def test_run_and_resume_with_a_wrong_address_exit_2_and_touch_nothing(linreg_dir, capsys,
                                                                      monkeypatch, command):

@@ -141,6 +141,9 @@ def test_probe_on_linreg_brackets_the_edge_a_scan_of_tries_finds(linreg_dir, cap
     (("--param", "lr", "--probe", "--range", "1:0.1"), "--range"),
     (("--param", "lr", "--values", "0.1,1", "--verify"), "--verify"),
     (("--param", "lr", "--values", "0.1,1", "--no-sharpness"), "--no-sharpness"),
+    (("--param", "lr", "--probe", "--set", "nope=1"), "--set nope"),
+    (("--param", "lr", "--values", "0.1,1", "--set", "lr=0.1"), "--set lr"),
+    (("--param", "lr", "--probe", "--and", "wd=0,0.05", "--set", "wd=0"), "--set wd"),
 ])
 def test_bad_probe_input_is_one_clear_error(linreg_dir, capsys, argv, flag):
     edit_linreg(linreg_dir, search_space={"wd": {"type": "uniform", "low": 0.0, "high": 0.1}},
@@ -174,3 +177,17 @@ def test_a_crossed_probe_finds_one_boundary_per_value_of_the_second_knob(linreg_
     lines = capsys.readouterr().out.splitlines()
     assert any(line.split()[:1] == ["0.05"] and f"{plain['boundary_low']:.4g}" in line
                for line in lines)
+
+
+def test_set_holds_a_knob_at_its_value_in_every_probe_run(linreg_dir, capsys):
+    """``--set crash_above=1e-4`` (a knob of linreg's trainer that raises above that LR):
+    every probe run crashes, where the base config's own value (50) lets them train; so
+    the held value is the one the trainer got."""
+    edit_linreg(linreg_dir, search_space={
+        "crash_above": {"type": "uniform", "low": 1.0e-6, "high": 100.0}},
+        write_back={"crash_above": "train.crash_above"}, train={"crash_above": 50.0})
+    base = ("stability", "linreg.yaml", "--param", "lr", "--probe", "--seeds", "1",
+            "--no-preflight", "--quiet", "--no-sharpness")
+    assert run_cli_in(linreg_dir, *base, "--set", "crash_above=1e-4") == 1
+    assert "crash" in capsys.readouterr().err
+    assert run_cli_in(linreg_dir, *base) == 0

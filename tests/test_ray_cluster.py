@@ -173,7 +173,11 @@ def test_submit_wait_runs_the_sweep_and_succeeds(cluster, submitted):
     assert bad["reason"] in ("non_finite", "grad_blowup", "divergence")
     good = search[(search["lr"] - HEALTHY_LR).abs() < 1e-12].iloc[0]
     assert good["status"] == "ok" and good["reason"] == ""
-    assert sorted((results / "stable").glob("rank-01-*.yaml"))
+    handed = sorted((results / "stable").glob("rank-01-*.yaml"))
+    assert handed
+    # the header names the file the user submitted, not the job's temporary copy of it
+    header = handed[0].read_text().split("\n", 1)[0]
+    assert header.endswith("/exp/linreg.yaml)") and "_ray_pkg_" not in header, header
 
 
 @pytest.mark.slow
@@ -226,7 +230,8 @@ def test_entrypoint_and_runtime_env(linreg_dir):
     assert renv["working_dir"] == str(linreg_dir.parent.resolve())
     assert {".git/", ".venv/", "/results/"} <= set(renv["excludes"])
     assert renv["pip"] == ["rich"]
-    assert renv["env_vars"] == {"OMP_NUM_THREADS": "1", "PYTHONPATH": linreg_dir.name}
+    assert renv["env_vars"] == {"OMP_NUM_THREADS": "1", "PYTHONPATH": linreg_dir.name,
+                                "SWEEPS_SUBMITTED_FROM": str(linreg_dir / "linreg.yaml")}
     assert sub.metadata["sweeps.sweep"] == "linreg"
 
 

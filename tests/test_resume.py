@@ -146,3 +146,25 @@ def test_an_interrupted_sweep_exits_130_and_says_how_to_resume(linreg_dir):
             os.killpg(driver.pid, signal.SIGKILL)
     assert driver.returncode == 130, err[-3000:]
     assert f"interrupted: `sweeps resume {out}` continues where it stopped" in err
+
+
+def test_the_resume_line_of_a_ray_jobs_driver_names_its_cluster(tmp_path, monkeypatch):
+    """A sweep run as a Ray job is resumed from the user's machine, on the cluster: the
+    line its log ends with carries the GCS address Ray gave the driver; an --address given
+    on the command line is carried over as it was."""
+    import argparse
+
+    from sweeps.commands.cli import cmd_resume, interrupted_line
+
+    folder = tmp_path / "my sweep"
+    folder.mkdir()
+    (folder / "sweep.yaml").write_text("{}")
+    args = argparse.Namespace(func=cmd_resume, dir=str(folder), address=None)
+    monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR", raising=False)
+    assert interrupted_line(args) == \
+        f"interrupted: `sweeps resume '{folder}'` continues where it stopped"
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", "{}")
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
+    assert f"`sweeps resume '{folder}' --address 10.0.0.5:6379`" in interrupted_line(args)
+    args.address = "10.0.0.9:6379"
+    assert "--address 10.0.0.9:6379`" in interrupted_line(args)

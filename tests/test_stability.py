@@ -320,3 +320,7 @@ def test_a_new_grid_keeps_the_previous_grids_files(tmp_path):
                                                                   "preflight.md"]
     (out / "stability.csv").write_text("again")
     assert keep_previous_grid(out) != kept, "a second one in the same second gets its own"
+    probe = keep_previous_grid(out, ("boundary.md",), "probe")  # a new probe's turn
+    assert probe.name.startswith("probe-") and (probe / "boundary.md").read_text() == \
+        "boundary.md"
+    assert not (out / "boundary.md").exists()

@@ -23,6 +23,7 @@ from rich.table import Table
 from sweeps.cluster import auth
 from sweeps.errors import ClusterNotReady, SpecError
 from sweeps.terminal import console as make_console
+from sweeps.terminal import shell_word
 from sweeps.tune.compat import PACKAGING_LOGGER, WORKING_DIR_LOGGER
 
 if TYPE_CHECKING:
@@ -326,6 +327,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     for key, value in rows:
         if value not in (None, ""):
             console.print(f"  {key}: {value}")
+    storage, name = meta.get("sweeps.storage"), meta.get("sweeps.sweep")
+    if status in ("FAILED", "STOPPED") and storage and name:
+        folder = shell_word(f"{storage.rstrip('/')}/{name}")
+        console.print(f"  continue: sweeps resume {folder} --address HOST:PORT (the "
+                      "cluster's GCS address, not this http:// one; docs/clusters.md)")
     if status == "FAILED":
         _explain_failure(client, args.job)
     return 0

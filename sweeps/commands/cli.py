@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import signal
 import sys
 import threading
@@ -13,13 +14,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rich.table import Table
 
 from sweeps.cluster.jobs import add_commands as add_cluster_commands
 from sweeps.cluster.slurm import add_commands as add_slurm_commands
 from sweeps.commands.audit import add_commands as add_audit_commands
-from sweeps.errors import ClusterNotReady, PreflightFailed, ProbeCrashed, SpecError
+from sweeps.errors import (
+    ClusterNotReady,
+    PreflightFailed,
+    ProbeCrashed,
+    SpecError,
+    Terminated,
+)
 from sweeps.protocol import CRASH, OK, SEARCH, objective_column
 from sweeps.terminal import clean, echo, flagged, shell_word
 from sweeps.terminal import console as make_console
@@ -28,6 +34,9 @@ from sweeps.terminal import console as make_console
 #: these consoles print it as text, cleaned of escape codes (:mod:`sweeps.terminal`).
 console = make_console()
 err_console = make_console(stderr=True)
+#: Set in a Ray job's driver (by Ray's job supervisor, which also sets ``RAY_ADDRESS`` to
+#: the cluster's GCS address).
+RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 
 
 def _fmt(v: Any) -> str:
@@ -54,28 +63,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise SpecError(f"--set {pair}", "not of the form knob=value", "write e.g. lr=1e-3")
-        try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError:  # not YAML (a control character, a stray colon): the text
-            value = raw
-        if isinstance(value, str):  # YAML 1.1 reads 1e-5 (no dot) as text: a number is meant
-            try:
-                value = float(value)
-            except ValueError:
-                pass
-        out[key.strip()] = value
-    return out
-
-
 def cmd_try(args: argparse.Namespace) -> int:
     from sweeps.spec.loader import load_sweep
-    from sweeps.trial.tryout import lr_not_followed, try_trial, try_values
+    from sweeps.trial.tryout import lr_not_followed, parse_sets, try_trial, try_values
     from sweeps.trial.wiring import (
         WARMUP_NEVER_RAN_FIX,
         ZERO_GRAD_NORM_FIX,
@@ -85,7 +75,7 @@ def cmd_try(args: argparse.Namespace) -> int:
     )
 
     sweep = load_sweep(args.file, workdir=Path.cwd())
-    sets = _parse_sets(args.set or [])
+    sets = parse_sets(args.set or [])
     rec = try_trial(sweep, sets, steps=args.steps, seed=args.seed, every=args.print_every,
                     console=console)
     values = try_values(sweep, sets)
@@ -153,7 +143,7 @@ def all_crashed(trials, folder: Path) -> int:
 
 def cmd_stability(args: argparse.Namespace) -> int:
     from sweeps.commands.preflight_step import preflight
-    from sweeps.commands.stability import FOLDER, run_stability, stability_sweep
+    from sweeps.commands.stability import FOLDER, held_knobs, run_stability, stability_sweep
     from sweeps.results import stability
     from sweeps.spec.loader import load_sweep
     from sweeps.trial.tryout import _with_budget
@@ -170,6 +160,7 @@ def cmd_stability(args: argparse.Namespace) -> int:
         if given is not None and given < 1:
             raise SpecError(flag, f"{given} is below 1", f"give e.g. {flag} 3")
     sweep = load_sweep(args.file, workdir=Path.cwd())
+    held = held_knobs(sweep, args.set or [], args.param, args.and_)
     if args.steps:
         sweep = _with_budget(sweep, args.steps)
     if bool(args.values) == bool(args.range):
@@ -207,7 +198,7 @@ def cmd_stability(args: argparse.Namespace) -> int:
         if not args.no_preflight:
             sweep = preflight(sweep)
         result = run_stability(sweep, args.param, values, seeds=args.seeds, second=second,
-                               address=args.address, progress=not args.quiet)
+                               address=args.address, progress=not args.quiet, fixed=held)
     shown = result.table if result.display is None else result.display
     table = Table(title=f"Stability of '{sweep.name}'")
     for col in shown.columns:
@@ -508,6 +499,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--range", help="LOW:HIGH, spaced in log scale (with --points)")
     p.add_argument("--points", type=int, default=9)
     p.add_argument("--and", dest="and_", metavar="KNOB=V1,V2", help="a second knob to cross")
+    p.add_argument("--set", action="append", metavar="KNOB=VALUE",
+                   help="hold a knob at this value in every run (e.g. a hand-over's) "
+                   "instead of the base config's; repeatable")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--steps", type=int, default=None, help="steps per run (default: budget)")
     p.add_argument("--address", default=None)
@@ -556,15 +550,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from sweeps.state import folder_lock
 
     folder_lock.allow_shared(bool(getattr(args, "allow_shared_folder", False)))
-    before = _exit_on_sigterm()
+    before = _exit_on_sigterm(args)
     try:
         return args.func(args)
     except SystemExit as exc:
         if exc.code != signal.SIGTERM:
             raise
-        line = _interrupted_line(args)  # terminated: the same way on as after Ctrl-C
-        err_console.print("terminated" + line.removeprefix("interrupted"))
-        return 128 + signal.SIGTERM
+        return 128 + signal.SIGTERM  # the handler said how to continue
     except SpecError as exc:
         echo(f"error: {exc.key}: {exc.problem}.\n  fix: {exc.fix}", file=sys.stderr)
         return SpecError.exit_code
@@ -572,7 +564,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         echo(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        err_console.print(_interrupted_line(args))
+        err_console.print(interrupted_line(args))
         return 130
     except Exception as exc:
         import errno
@@ -595,23 +587,42 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, before)
 
 
-def _exit_on_sigterm() -> Any:
-    """SIGTERM (a scheduler's or a user's kill) ends the command as Ray's driver handler
-    does, by ``sys.exit(SIGTERM)``, so that :func:`main` can say how to continue; the
-    handler it replaced is returned (None off the main thread: nothing is changed)."""
+def _exit_on_sigterm(args: argparse.Namespace) -> Any:
+    """SIGTERM (a scheduler's, a user's or ``ray job stop``'s kill) ends the command as
+    Ray's driver handler does, by a ``SystemExit(SIGTERM)`` (:class:`Terminated`, which a
+    trainer in this process cannot take for its own ``sys.exit``), after saying at once how to
+    continue (a Ray job's driver is killed for good a few seconds after the SIGTERM, before
+    the sweep has wound down); the handler it replaced is returned (None off the main
+    thread: nothing is changed)."""
     if threading.current_thread() is not threading.main_thread():
         return None
-    return signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
+    said: list[bool] = []
+
+    def terminated(signum: int, _frame: Any) -> None:
+        if not said:
+            said.append(True)
+            line = interrupted_line(args)  # the same way on as after Ctrl-C
+            sys.stderr.write("terminated" + line.removeprefix("interrupted") + "\n")
+            sys.stderr.flush()
+        raise Terminated(signum)
+
+    return signal.signal(signal.SIGTERM, terminated)
 
 
-def _interrupted_line(args: argparse.Namespace) -> str:
+def interrupted_line(args: argparse.Namespace) -> str:
     """What an interrupted command prints: for a sweep, how to continue it."""
     if getattr(args, "func", None) not in (cmd_run, cmd_resume):
         return "interrupted"
     folder = _folder_of(args)
     if folder is None or not (folder / "sweep.yaml").is_file():
         return "interrupted"
-    return f"interrupted: `sweeps resume {shell_word(folder)}` continues where it stopped"
+    address = getattr(args, "address", None)
+    if address is None and os.environ.get(RAY_JOB_ENV):  # a Ray job's driver
+        address = os.environ.get("RAY_ADDRESS")  # the cluster's GCS address
+    where = f" --address {shell_word(address)}" if address not in (None, "auto", "local") \
+        else ""
+    return (f"interrupted: `sweeps resume {shell_word(folder)}{where}` continues where it "
+            "stopped")
 
 
 def _folder_of(args: argparse.Namespace) -> Path | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -28,7 +28,7 @@ from sweeps.terminal import clean, echo, echo_stderr
 from sweeps.trial.failures import error_line
 from sweeps.trial.gpu import trial_device
 from sweeps.trial.run import prepare_process, run_trainer, trial_values
-from sweeps.trial.tryout import check_knob_value, try_values
+from sweeps.trial.tryout import check_knob_value, parse_sets, try_values
 from sweeps.tune.experiments import run_configs
 from sweeps.tune.session import check_address, ray_running
 
@@ -93,14 +93,34 @@ def check_grid(sweep: Sweep, param: str, values: list[Any],
         _check_knob(sweep, second[0], second[1], "--and")
 
 
+def held_knobs(sweep: Sweep, pairs: Sequence[str], param: str, crossed: str | None
+               ) -> dict[str, Any]:
+    """``sweeps stability --set KNOB=VALUE``: knobs held at a value in every run (a
+    hand-over's, say) instead of the base config's; only knobs of the space, and not the
+    ones the grid or probe varies (exit 2)."""
+    sets = parse_sets(pairs)
+    varied = {param, (crossed or "").partition("=")[0].strip()}
+    for key in sets:
+        if key not in sweep.space:
+            raise SpecError(f"--set {key}", "is not a knob of the search space (stability "
+                            "holds knobs only)", f"use one of {', '.join(sweep.space)}")
+        if key in varied:
+            raise SpecError(f"--set {key}", "is the knob this command varies",
+                            f"drop --set {key}")
+    values = try_values(sweep, sets)  # each value checked against its knob
+    return {key: values[key] for key in sets}
+
+
 def run_stability(sweep: Sweep, param: str, values: list[Any], *, seeds: int = 3,
                   second: tuple[str, list[Any]] | None = None, address: str | None = None,
-                  progress: bool = True) -> StabilityOutcome:
+                  progress: bool = True, fixed: dict[str, Any] | None = None
+                  ) -> StabilityOutcome:
     """Run every grid value on ``seeds`` seeds and analyse the runs; ``sweep`` is the
-    :func:`stability_sweep` (its output folder is the stability one)."""
+    :func:`stability_sweep` (its output folder is the stability one); ``fixed``: other
+    knobs' values for every run (``--set``), else the base config's."""
     check_grid(sweep, param, values, second)
     names = [param] + ([second[0]] if second else [])
-    base = {k: v for k, v in try_values(sweep, {}).items() if k not in names}
+    base = {k: v for k, v in try_values(sweep, dict(fixed or {})).items() if k not in names}
     runs = stability.plan(base, param, values, [sweep.spec.seed + i for i in range(seeds)], second)
     check_address(address)  # before the earlier grid's runs are removed
     with claim(sweep.output_dir, "stability"):  # one owner per results folder
@@ -118,17 +138,19 @@ def run_stability(sweep: Sweep, param: str, values: list[Any], *, seeds: int = 3
 GRID_FILES = ("stability.csv", "stability.md", "stability_map.png", FOLDER)
 
 
-def keep_previous_grid(out: Path) -> Path | None:
-    """Move an earlier grid's files into ``out/grid-<timestamp>/`` (a new grid replaced
-    them before), or None when there were none."""
-    found = [out / name for name in GRID_FILES if (out / name).exists()]
+def keep_previous_grid(out: Path, names: tuple[str, ...] = GRID_FILES,
+                       kind: str = "grid") -> Path | None:
+    """Move an earlier grid's files (or probe's: ``names``, ``kind``) into
+    ``out/<kind>-<timestamp>/`` (a new one replaced them before), or None when there were
+    none."""
+    found = [out / name for name in names if (out / name).exists()]
     if not found:
         return None
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    target, n = out / f"grid-{stamp}", 1
+    target, n = out / f"{kind}-{stamp}", 1
     while target.exists():
         n += 1
-        target = out / f"grid-{stamp}-{n}"
+        target = out / f"{kind}-{stamp}-{n}"
     target.mkdir(parents=True)
     for path in found:
         os.replace(path, target / path.name)
@@ -378,6 +400,7 @@ def cmd_probe(args: Any) -> int:
         raise SpecError("--values", "does not go with --probe (the probe picks its own "
                         "values of --param)", "drop --values, or drop --probe to run a grid")
     sweep = load_sweep(args.file, workdir=Path.cwd())
+    held = held_knobs(sweep, args.set or [], args.param, args.and_)
     crossed = _crossed(sweep, args.param, args.and_)
     full = int(sweep.spec.budget.max_steps)
     if args.steps:
@@ -390,6 +413,9 @@ def cmd_probe(args: Any) -> int:
 
     with claim(sweep.output_dir, "stability"):
         sweep = stability_sweep(sweep)
+        kept = keep_previous_grid(sweep.output_dir, (BOUNDARY_FILE,), "probe")
+        if kept is not None:
+            echo_stderr(f"note: the previous probe's {BOUNDARY_FILE} was moved to {kept}")
         if not args.no_preflight:
             sweep = preflight(sweep)
         options = dict(seeds=args.seeds, echo=say, predict=not args.no_sharpness,
@@ -397,10 +423,10 @@ def cmd_probe(args: Any) -> int:
         try:
             if crossed is not None:
                 name, values = crossed
-                results = [(v, run_probe(sweep, args.param, rng, fixed={name: v},
+                results = [(v, run_probe(sweep, args.param, rng, fixed={**held, name: v},
                                          write=False, **options)) for v in values]
             else:
-                result = run_probe(sweep, args.param, rng, **options)
+                result = run_probe(sweep, args.param, rng, fixed=held, **options)
         except RuntimeError as exc:  # a trainer's error text: printed as text
             echo(f"error: {exc}", file=sys.stderr)
             return 1

@@ -67,6 +67,21 @@ from sweeps.trial.run import is_probe, trial_settings, trial_values
 HOLDS = ("confirmed", "unconfirmed")
 
 
+def past_share(share: float, limit: float) -> str:
+    """``share`` as a percentage with the decimals that show it is past ``limit`` (a gap
+    of 20.5 % against a tolerance of 20 % is not "20 %").
+
+    Example:
+        >>> past_share(0.205, 0.2), past_share(0.31, 0.2), past_share(0.2004, 0.2)
+        ('20.5%', '31%', '20.04%')
+    """
+    for places in range(4):
+        text = f"{share:.{places}%}"
+        if round(share * 100, places) != round(limit * 100, places):
+            return text
+    return text
+
+
 @dataclass
 class SeedRun:
     """One run of a config on one seed, as far as selection cares."""
@@ -229,8 +244,12 @@ class Confirmation:
         if self.poor_against is not None and self.mean is not None:
             gap = objectives.quality_gap(self.mean, self.poor_against, self.quality.mode,
                                          self.baseline)
+            scale = objectives.gap_scale(self.poor_against, self.quality.mode, self.baseline)
+            of = "" if scale == abs(self.poor_against) else \
+                " of the best's improvement over the random guess"
             return "poor", (f"holds on every seed, but its mean {self.quality.metric} over "
-                            f"fresh seeds, {self.mean:.4g}, is {gap:.0%} behind the best "
+                            f"fresh seeds, {self.mean:.4g}, is "
+                            f"{past_share(gap, self.tolerance)}{of} behind the best "
                             f"confirmed config's {self.poor_against:.4g} (tolerance "
                             f"{self.tolerance:.0%}), and it is on no front that trades "
                             "quality for another objective")
@@ -256,7 +275,8 @@ class Confirmation:
         of = "worse" if scale == abs(self.best) else \
             "of its improvement over the random guess"
         return (f"seed {worst_seed}: {metric} {self.worst:.4g} against seed {best_seed}'s "
-                f"{self.best:.4g}, {spread:.0%} {of} (tolerance {self.tolerance:.0%})")
+                f"{self.best:.4g}, {past_share(spread, self.tolerance)} {of} (tolerance "
+                f"{self.tolerance:.0%})")
 
     @property
     def verdict(self) -> str:

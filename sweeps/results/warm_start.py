@@ -164,10 +164,17 @@ def load(folder: Path, sweep: Sweep) -> WarmStart:
 
 def best_first(sweep: Sweep, warm: WarmStart) -> list[optuna.trial.FrozenTrial]:
     """The earlier sweep's best distinct feasible configs (finished, no violated stability
-    constraint; by the first searched objective), as many as run at once (at most 3)."""
+    constraint; by the first searched objective), as many as run at once (at most 3). A
+    config with an infeasible twin at the same point is left out: the race found it
+    unstable on a fresh seed after it was told its search value (the ``race_of`` trial)."""
     sign = 1.0 if searched(sweep)[0].mode == "min" else -1.0
+
+    def violated(trial: optuna.trial.FrozenTrial) -> bool:
+        return any(c > 0 for c in (trial.constraints or {}).values())
+
+    failed = [t.params for t in warm.trials if violated(t)]
     feasible = [t for t in warm.trials if t.values and math.isfinite(t.values[0])
-                and all(c <= 0 for c in (t.constraints or {}).values())]
+                and not violated(t) and t.params not in failed]
     feasible.sort(key=lambda t: sign * t.values[0])
     out: list[optuna.trial.FrozenTrial] = []
     for trial in feasible:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -53,6 +54,10 @@ from sweeps.spec.space import (
 )
 from sweeps.spec.trainer_loader import load_trainer, search_paths
 from sweeps.trial.compile import COMPILE_MODES
+
+#: Set on a Ray job by ``sweeps submit``: the sweep file as the user submitted it (the job
+#: loads a temporary copy of it, which is not where the user finds it).
+SUBMITTED_FROM_ENV = "SWEEPS_SUBMITTED_FROM"
 
 RESERVED_KEY = "sweep"
 #: Hydra's (OmegaConf's) mandatory value that is not set yet.
@@ -109,6 +114,12 @@ class Budget(_Strict):
         default="all", description="what TPE optimises: every objective (all), or the first "
         "objective alone with instability as a constraint (quality); selection always uses "
         "every objective")
+    sampler: Literal["tpe-multivariate", "tpe"] = Field(
+        default="tpe-multivariate", description="TPE modelling the knobs jointly, with a "
+        "random start of a quarter of the trials (4-10) and running trials counted as bad "
+        "(tpe-multivariate); or Optuna's default TPESampler, what Ray Tune's OptunaSearch "
+        "uses: 10 random trials, the knobs jointly for one searched objective and each on "
+        "its own for several (tpe)")
     hang_timeout: float | None = Field(
         default=900.0, gt=0, description="seconds a trial may go without reporting before it "
         "is stopped as hung (the first report includes data loading and compilation); "
@@ -476,6 +487,10 @@ def load_sweep(path: str | Path, *, workdir: Path, import_trainer: bool = True,
     sweep = load_sweep_dict(data, base_dir=path.parent, workdir=workdir,
                             import_trainer=import_trainer)
     sweep.source = path.resolve()
+    origin = os.environ.get(SUBMITTED_FROM_ENV)
+    if origin and os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR") and \
+            Path(origin).name == path.name:
+        sweep.source = Path(origin)  # not the job's temporary copy of it
     return sweep
 
 

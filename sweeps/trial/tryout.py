@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections.abc import Sequence
 from typing import Any
 
+import yaml
 from rich.console import Console
 
 from sweeps.errors import SpecError
@@ -25,6 +27,26 @@ from sweeps.terminal import flagged
 from sweeps.trial.compile import compile_mode, eager_fallback
 from sweeps.trial.reporter import TrialReporter
 from sweeps.trial.run import prepare_process, run_trainer
+
+
+def parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
+    """``--set KNOB=VALUE`` pairs as values (YAML, and ``1e-5`` a number)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise SpecError(f"--set {pair}", "not of the form knob=value", "write e.g. lr=1e-3")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:  # not YAML (a control character, a stray colon): the text
+            value = raw
+        if isinstance(value, str):  # YAML 1.1 reads 1e-5 (no dot) as text: a number is meant
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        out[key.strip()] = value
+    return out
 
 
 def try_values(sweep: Sweep, sets: dict[str, Any]) -> dict[str, Any]:

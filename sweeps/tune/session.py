@@ -337,9 +337,20 @@ def check_address(address: str | None) -> None:
         Traceback (most recent call last):
         ...
         sweeps.errors.SpecError: --address: 'cluster-head' is not host:port. ...
+        >>> check_address("http://127.0.0.1:8265")
+        Traceback (most recent call last):
+        ...
+        sweeps.errors.SpecError: --address: 'http://127.0.0.1:8265' is the Jobs API's URL ...
     """
     if address is None or address in ("auto", "local"):
         return
+    if address.startswith(("http://", "https://")):
+        raise SpecError("--address", f"{address!r} is the Jobs API's URL (the dashboard); "
+                        "this command connects to the cluster itself",
+                        "give the cluster's GCS address host:port (the one its start script "
+                        "or `ray start --head` printed, e.g. 10.0.0.5:6379); http:// "
+                        "addresses are for `sweeps submit` and `sweeps jobs` "
+                        "(docs/clusters.md)")
     where = address.removeprefix("ray://")
     host, sep, port = where.rpartition(":")
     if not sep or not host or not port.isdigit():

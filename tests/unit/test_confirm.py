@@ -177,7 +177,8 @@ def test_holding_marks_far_off_front_candidates_poor(tmp_path: Path) -> None:
                         _rerun("ff", 2, 0.5), on_front=True)
     assert mark_poor([good, far, near, front_far]) == 3
     assert far.verdict == "poor" and far.poor_against == 0.1
-    assert "44% behind the best confirmed config's 0.1" in far.fragile_reason
+    assert ("44% of the best's improvement over the random guess behind the best confirmed "
+            "config's 0.1") in far.fragile_reason
     assert near.holds and front_far.holds
     assert mark_poor([far]) == 1 and far.verdict == "confirmed"  # judged afresh each time
     assert mark_poor([]) == 0

@@ -75,6 +75,22 @@ def test_best_first_feasible_distinct_as_many_as_run_at_once(tmp_path: Path) -> 
     assert [t.values[0] for t in best] == [0.10, 0.20]
 
 
+def test_a_config_the_race_found_fragile_is_not_queued(tmp_path: Path) -> None:
+    """The race tells a fragile finding as an infeasible twin at the same point, after the
+    config was told its (good) search value: the earlier sweep's best by value is then not
+    one of its stable configs, and warm start does not queue it."""
+    old, folder = _earlier(tmp_path)
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    storage = JournalStorage(JournalFileBackend(str(folder / ws.STUDY_FILE)))
+    study = optuna.load_study(study_name=old.name, storage=storage)
+    _tell(study, 0.3, [0.10, 0.0], stable=False)  # lr 0.3 failed a fresh seed
+    warm = ws.load(folder, load_linreg(tmp_path / "new"))
+    assert [t.params["lr"] for t in ws.best_first(load_linreg(tmp_path / "new"), warm)] == \
+        [0.1, 1e-4]
+
+
 def test_seed_study_and_rows(tmp_path: Path) -> None:
     _, folder = _earlier(tmp_path)
     new = load_linreg(tmp_path / "new")
