@@ -53,9 +53,13 @@ def make_sampler(sweep: Sweep) -> optuna.samplers.BaseSampler:
     """Multivariate TPE with a short random start; TPE reads each trial's constraint.
 
     With trials running at once, a running trial counts as a bad one (constant liar),
-    so concurrent asks do not land on the same spot.
+    so concurrent asks do not land on the same spot. ``budget.sampler: tpe`` is Optuna's
+    default TPE instead (Ray Tune's ``OptunaSearch`` uses it): 10 random trials, and with
+    several searched objectives each knob modelled on its own.
     """
     budget = sweep.spec.budget
+    if budget.sampler == "tpe":
+        return optuna.samplers.TPESampler(seed=sweep.spec.seed)
     return optuna.samplers.TPESampler(
         seed=sweep.spec.seed, multivariate=True, n_startup_trials=budget.startup_trials,
         constant_liar=budget.concurrent > 1)
