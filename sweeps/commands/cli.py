@@ -396,8 +396,13 @@ def print_selection(outcome) -> None:
     chosen = outcome.selection
     metric = outcome.sweep.objectives[0].metric
     verdicts = Counter(c.verdict for c in chosen.candidates)
-    console.print(f"Pareto front: {len(outcome.front)} trial(s); {len(chosen.candidates)} "
-                  "candidate(s) judged on fresh seeds: "
+    judged = {c.trial_id for c in chosen.candidates}
+    unjudged = [r.trial_id for r in outcome.front if r.trial_id not in judged]
+    left = (f" ({len(unjudged)} of the front not judged: the race takes the best "
+            f"confirm.keep by quality; {', '.join(unjudged[:3])}"
+            f"{', …' if len(unjudged) > 3 else ''} in trials.csv)") if unjudged else ""
+    console.print(f"Pareto front: {len(outcome.front)} trial(s){left}; "
+                  f"{len(chosen.candidates)} candidate(s) judged on fresh seeds: "
                   + (", ".join(f"{n} {v}" for v, n in verdicts.items()) or "none"))
     fixed = ", ".join(f"{k}={v}" for k, v in outcome.sweep.fixed_changes.items())
     yours = f" (your base config{f' with {fixed}' if fixed else ''})"
@@ -428,6 +433,12 @@ def print_selection(outcome) -> None:
         console.print("  (none: no candidate held on every fresh seed)")
     if chosen.base is not None and chosen.base.mean is not None:
         console.print(f"base config: {chosen.base.summary()}")
+    stopped = outcome.book.trials.get(chosen.base_id) if chosen.base_id else None
+    if stopped is not None and stopped.flagged and chosen.base_id not in judged:
+        console.print(f"note: your base config ({stopped.trial_id}, the search's first "
+                      f"trial) was stopped: {stopped.reason} at step {stopped.stop_step}; it "
+                      "ran on no fresh seed, so no hand-over is compared with it (`sweeps "
+                      "try FILE` shows why)")
     if chosen.base_line():
         console.print(f"note: {chosen.base_line()}")
     for warning in outcome.warnings:

@@ -5,6 +5,7 @@ The race's LR probe (a candidate at ``lr × confirm.lr_probe``) and the boundary
 (``sweeps stability --probe``) want a verdict, not a quality. A run no rule stopped
 *holds* once it is past the peak of its LR (the end of warmup) by every window the active
 rules need before they can fire, past half of its steps, and quiet (:func:`quiet`): its
+loss is not at the random guess, its
 smoothed loss has not given back more than :data:`GIVEBACK` of its improvement nor
 risen past :data:`RISE` × its lowest, and its grad norm has not grown past
 :data:`NORM_GROWTH` × its level since warmup. A run that
@@ -20,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection
 
-from sweeps.rules import collapse
+from sweeps.rules import collapse, flat_at_baseline
 from sweeps.rules._history import History, finite_values
 from sweeps.rules.settings import RuleSettings
 
@@ -84,9 +85,10 @@ def hold_step(settings: RuleSettings, max_steps: int,
 
 def quiet(history: History, settings: RuleSettings) -> bool:
     """Whether nothing is brewing in ``history`` (see the module): the smoothed loss kept
-    all but :data:`GIVEBACK` of its improvement, the grad norm did not grow, and the
-    newest outputs are not collapsed (a plateau the ``collapse`` rule gives longer)."""
-    if _collapsed_now(history, settings):
+    all but :data:`GIVEBACK` of its improvement, the grad norm did not grow, the newest
+    outputs are not collapsed (a plateau the ``collapse`` rule gives longer), and the
+    loss is not at the random guess (a flat stretch ``flat_at_baseline`` may yet call)."""
+    if _collapsed_now(history, settings) or _at_guess_now(history, settings):
         return False
     n = settings.smoothing
     losses = finite_values(history, "loss", 0, len(history))
@@ -106,6 +108,25 @@ def quiet(history: History, settings: RuleSettings) -> bool:
         if recent > NORM_GROWTH * level:
             return False
     return True
+
+
+def _at_guess_now(history: History, settings: RuleSettings) -> bool:
+    """Whether the newest smoothed loss (``val_loss`` when no ``loss`` is reported) sits in
+    ``flat_at_baseline``'s random-guess band or above it, and the quality objective does
+    not show learning (:func:`~sweeps.rules.flat_at_baseline.quality_learnt`): that rule
+    counts its patience from when the loss went flat, so its window may not have closed
+    at the hold step. Never with the rule off."""
+    baseline = settings.baseline_loss
+    if baseline is None or not settings.is_enabled("flat_at_baseline"):
+        return False
+    n = settings.smoothing
+    values = finite_values(history, "loss", 0, len(history)) or \
+        finite_values(history, "val_loss", 0, len(history))
+    if not values:
+        return False
+    newest = math.fsum(values[-n:]) / len(values[-n:])
+    return newest >= baseline - settings.flat_tolerance * baseline and \
+        not flat_at_baseline.quality_learnt(history, settings)
 
 
 def _collapsed_now(history: History, settings: RuleSettings) -> bool:

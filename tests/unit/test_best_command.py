@@ -55,7 +55,8 @@ def test_the_run_summary_names_the_base_config_among_the_stable_ones(tmp_path: P
     chosen = _selection(0.9)
     chosen.base_id = "t"
     outcome = SimpleNamespace(selection=chosen, sweep=load_linreg(tmp_path), front=[],
-                              stable_paths=[tmp_path / "rank-01-t.yaml"], warnings=[])
+                              stable_paths=[tmp_path / "rank-01-t.yaml"], warnings=[],
+                              book=SimpleNamespace(trials={}))
     print_selection(outcome)
     out = " ".join(capsys.readouterr().out.split())
     assert "rank-01-t.yaml (val_loss mean 0.9, worst seed 0.9, your base config)" in out

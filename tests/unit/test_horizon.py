@@ -113,3 +113,23 @@ def test_collapsed_outputs_do_not_keep_a_probe_running_when_collapse_is_disabled
     disabled = RuleSettings(disabled=["collapse"])
     assert horizon.quiet(learning, disabled)
     assert horizon.holds_now(disabled, 200, learning, 100)
+
+
+def test_a_probe_sitting_at_the_random_guess_does_not_hold_until_the_rule_can_tell():
+    """An LR x 2 probe that learnt a little and fell back to the random guess at step 25:
+    at its hold step (warmup + flat_patience) flat_at_baseline's window, counted from
+    when the loss went flat, has not closed; the probe ran on to the verdict instead of
+    holding as "ok, margin wide". A declared quality well above chance still holds."""
+    settings = RuleSettings(baseline_loss=1.0986, flat_patience=100, warmup_steps=8)
+    flat = [{"step": s, "loss": 1.05 if s < 25 else 1.0986, "grad_norm": 1.0}
+            for s in range(1, 121)]
+    assert not horizon.quiet(flat, settings)
+    assert not horizon.holds_now(settings, 200, flat, 112)
+    learning = [dict(r, loss=1.0986 - 0.005 * r["step"]) for r in flat]
+    assert horizon.holds_now(settings, 200, learning, 112)
+    stuck = [{"step": s, "loss": 1.0986, "grad_norm": 1.0} for s in range(1, 121)]
+    assert not horizon.quiet(stuck, settings)
+    accurate = settings.model_copy(update={"quality_metric": "acc", "quality_mode": "max",
+                                           "quality_baseline": 0.333})
+    assert horizon.quiet([*stuck[:-1], dict(stuck[-1], acc=0.9)], accurate)
+    assert horizon.quiet(stuck, settings.model_copy(update={"disabled": ["flat_at_baseline"]}))

@@ -118,3 +118,31 @@ def test_audits_refusal_names_the_audit_command(tmp_path):
     assert code == 2
     fix = err.getvalue().split("fix:", 1)[1]
     assert f"sweeps audit {folder} --trust-state" in fix and "sweeps resume" not in fix
+
+
+def test_the_summary_names_front_members_the_race_did_not_judge(capsys):
+    """A front larger than confirm.keep: the summary said "Pareto front: 4 trial(s); 3
+    candidate(s) judged", which read as if the whole front was judged."""
+    from types import SimpleNamespace as NS
+
+    from sweeps.commands.cli import print_selection
+
+    judged = [NS(trial_id=t, verdict="confirmed") for t in ("a1", "b2", "c3")]
+    chosen = NS(candidates=judged, fragile=[], steps={"search": 100}, notes=[],
+                handed_over=[], base_id=None, base=None, base_line=lambda: None)
+    outcome = NS(selection=chosen, front=[NS(trial_id=t) for t in ("a1", "b2", "c3", "d4")],
+                 sweep=NS(objectives=[NS(metric="val_loss")], fixed_changes={}),
+                 stable_paths=[], warnings=[], book=NS(trials={}))
+    print_selection(outcome)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Pareto front: 4 trial(s) (1 of the front not judged: the race takes the best " \
+           "confirm.keep by quality; d4 in trials.csv); 3 candidate(s) judged" in out
+    assert "your base config" not in out
+    # the base config (the search's first trial) stopped by a rule is said to be
+    chosen.base_id = "e5"
+    outcome.book.trials["e5"] = NS(trial_id="e5", flagged=True, reason="flat_at_baseline",
+                                   stop_step=121)
+    print_selection(outcome)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "note: your base config (e5, the search's first trial) was stopped: " \
+           "flat_at_baseline at step 121; it ran on no fresh seed" in out
