@@ -124,3 +124,10 @@ def pruned_label(rule: str) -> str:
 #: In the header of a rank-1 config that is worse than the base config on fresh seeds
 #: (``sweeps best`` then withholds it unless ``--allow-worse``).
 WORSE_THAN_BASE: Final = "WORSE than your base config"
+
+#: Set on a Ray job by ``sweeps submit``: the sweep file as the user submitted it (the job
+#: loads a temporary copy of it, which is not where the user finds it).
+SUBMITTED_FROM_ENV: Final = "SWEEPS_SUBMITTED_FROM"
+#: Set in a Ray job's driver by Ray's job supervisor (which also sets ``RAY_ADDRESS`` to
+#: the cluster's GCS address).
+RAY_JOB_ENV: Final = "RAY_JOB_CONFIG_JSON_ENV_VAR"

@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from sweeps.errors import SpecError
-from sweeps.spec.loader import SUBMITTED_FROM_ENV
+from sweeps.protocol import SUBMITTED_FROM_ENV
 from sweeps.tune.compat import ray_excludes, ray_walk_upload
 
 #: Never shipped as a secret: environment files, private keys, credentials (gitwildmatch, at
@@ -116,7 +116,7 @@ def entrypoint(sweep_path: PurePosixPath, storage: str | None, preflight: bool) 
 def runtime_env(project: Path, sweep_path: PurePosixPath, *, output: str,
                 storage: str | None, pip: Sequence[str], env: dict[str, str]) -> dict[str, Any]:
     """The job's runtime_env: the project as working dir, pip packages, env vars (with
-    :data:`~sweeps.spec.loader.SUBMITTED_FROM_ENV`: the sweep file the user submitted).
+    :data:`~sweeps.protocol.SUBMITTED_FROM_ENV`: the sweep file the user submitted).
 
     A trainer module beside a sweep file in a subfolder is put on the workers'
     ``PYTHONPATH`` as a path relative to the working dir, which Ray unpacks on every node.

@@ -26,7 +26,7 @@ from sweeps.errors import (
     SpecError,
     Terminated,
 )
-from sweeps.protocol import CRASH, OK, SEARCH, objective_column
+from sweeps.protocol import CRASH, OK, RAY_JOB_ENV, SEARCH, objective_column
 from sweeps.terminal import clean, echo, flagged, shell_word
 from sweeps.terminal import console as make_console
 
@@ -34,9 +34,6 @@ from sweeps.terminal import console as make_console
 #: these consoles print it as text, cleaned of escape codes (:mod:`sweeps.terminal`).
 console = make_console()
 err_console = make_console(stderr=True)
-#: Set in a Ray job's driver (by Ray's job supervisor, which also sets ``RAY_ADDRESS`` to
-#: the cluster's GCS address).
-RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 
 
 def _fmt(v: Any) -> str:

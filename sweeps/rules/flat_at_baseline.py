@@ -70,7 +70,7 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
         return None
     span, band = settings.smoothing, settings.flat_tolerance * baseline
     newest = newest_finite(history, key, first, span)
-    if not newest or baseline - sum(newest) / len(newest) > band:
+    if not newest or not at_guess(sum(newest) / len(newest), settings):
         return None  # below the band: better than guessing
     now = newest_step(history)
     start = now - settings.flat_patience
@@ -87,7 +87,7 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
         sum(series[max(0, i - span + 1) : i + 1]) / min(span, i + 1)
         for i in range(len(series) - checked, len(series))
     ]
-    if max(baseline - s for s in smoothed) > band:
+    if not all(at_guess(s, settings) for s in smoothed):
         return None  # it was better than guessing in the window
     worst = max(abs(s - baseline) for s in smoothed)
     drop, noise = trend(series[len(series) - checked:])
@@ -98,7 +98,7 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
     if quality_learnt(history, settings):
         return None  # the quality objective is clearly better than its random guess
     lowest = _lowest_before(history, key, anchor, span)
-    went_back = lowest is not None and baseline - lowest[0] > band
+    went_back = lowest is not None and not at_guess(lowest[0], settings)
     evidence = {
         "metric": key,
         "smoothed_loss": smoothed[-1],
@@ -132,6 +132,19 @@ def _lowest_before(history: Sequence[Mapping[str, Any]], key: str, anchor: int,
         if low is None or smoothed < low[0]:
             low = (smoothed, step_of(report, i))
     return low
+
+
+def at_guess(loss: float, settings: RuleSettings) -> bool:
+    """Whether a smoothed loss lies in the random-guess band (within ``flat_tolerance`` x
+    ``baseline_loss`` of it) or above it; ``baseline_loss`` must be set.
+
+    Example:
+        >>> s = RuleSettings(baseline_loss=1.0)
+        >>> at_guess(0.96, s), at_guess(1.3, s), at_guess(0.9, s)
+        (True, True, False)
+    """
+    baseline = float(settings.baseline_loss)  # type: ignore[arg-type]  # callers check it
+    return baseline - loss <= settings.flat_tolerance * baseline
 
 
 def quality_learnt(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> bool:

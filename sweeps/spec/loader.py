@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from sweeps.errors import SpecError, a_type
+from sweeps.protocol import RAY_JOB_ENV, SUBMITTED_FROM_ENV
 from sweeps.rules.settings import RuleSettings
 from sweeps.spec import hydra_config, probed, strict_yaml
 from sweeps.spec.config_paths import collision, get_path, leaf_paths, split_path, with_values
@@ -54,10 +55,6 @@ from sweeps.spec.space import (
 )
 from sweeps.spec.trainer_loader import load_trainer, search_paths
 from sweeps.trial.compile import COMPILE_MODES
-
-#: Set on a Ray job by ``sweeps submit``: the sweep file as the user submitted it (the job
-#: loads a temporary copy of it, which is not where the user finds it).
-SUBMITTED_FROM_ENV = "SWEEPS_SUBMITTED_FROM"
 
 RESERVED_KEY = "sweep"
 #: Hydra's (OmegaConf's) mandatory value that is not set yet.
@@ -488,7 +485,7 @@ def load_sweep(path: str | Path, *, workdir: Path, import_trainer: bool = True,
                             import_trainer=import_trainer)
     sweep.source = path.resolve()
     origin = os.environ.get(SUBMITTED_FROM_ENV)
-    if origin and os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR") and \
+    if origin and os.environ.get(RAY_JOB_ENV) and \
             Path(origin).name == path.name:
         sweep.source = Path(origin)  # not the job's temporary copy of it
     return sweep

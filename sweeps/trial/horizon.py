@@ -22,7 +22,7 @@ import math
 from collections.abc import Collection
 
 from sweeps.rules import collapse, flat_at_baseline
-from sweeps.rules._history import History, finite_values
+from sweeps.rules._history import History, finite_values, newest_finite
 from sweeps.rules.settings import RuleSettings
 
 #: A held run has run at least this share of its steps, whatever its windows.
@@ -88,10 +88,12 @@ def quiet(history: History, settings: RuleSettings) -> bool:
     all but :data:`GIVEBACK` of its improvement, the grad norm did not grow, the newest
     outputs are not collapsed (a plateau the ``collapse`` rule gives longer), and the
     loss is not at the random guess (a flat stretch ``flat_at_baseline`` may yet call)."""
-    if _collapsed_now(history, settings) or _at_guess_now(history, settings):
+    if _collapsed_now(history, settings):
         return False
     n = settings.smoothing
     losses = finite_values(history, "loss", 0, len(history))
+    if _at_guess_now(history, losses, settings):
+        return False
     if len(losses) >= n:
         smooth = [math.fsum(losses[i - n:i]) / n for i in range(n, len(losses) + 1)]
         best = min(smooth)
@@ -110,22 +112,19 @@ def quiet(history: History, settings: RuleSettings) -> bool:
     return True
 
 
-def _at_guess_now(history: History, settings: RuleSettings) -> bool:
-    """Whether the newest smoothed loss (``val_loss`` when no ``loss`` is reported) sits in
-    ``flat_at_baseline``'s random-guess band or above it, and the quality objective does
-    not show learning (:func:`~sweeps.rules.flat_at_baseline.quality_learnt`): that rule
-    counts its patience from when the loss went flat, so its window may not have closed
-    at the hold step. Never with the rule off."""
-    baseline = settings.baseline_loss
-    if baseline is None or not settings.is_enabled("flat_at_baseline"):
+def _at_guess_now(history: History, losses: list[float], settings: RuleSettings) -> bool:
+    """Whether the newest smoothed loss (of ``losses``, the run's finite losses; of
+    ``val_loss`` when it reported none) sits in ``flat_at_baseline``'s random-guess band
+    or above it (:func:`~sweeps.rules.flat_at_baseline.at_guess`), and the quality
+    objective does not show learning (:func:`~sweeps.rules.flat_at_baseline.quality_learnt`):
+    that rule counts its patience from when the loss went flat, so its window may not have
+    closed at the hold step. Never with the rule off."""
+    if settings.baseline_loss is None or not settings.is_enabled("flat_at_baseline"):
         return False
     n = settings.smoothing
-    values = finite_values(history, "loss", 0, len(history)) or \
-        finite_values(history, "val_loss", 0, len(history))
-    if not values:
-        return False
-    newest = math.fsum(values[-n:]) / len(values[-n:])
-    return newest >= baseline - settings.flat_tolerance * baseline and \
+    newest = losses[-n:] or newest_finite(history, "val_loss", 0, n)
+    return bool(newest) and \
+        flat_at_baseline.at_guess(math.fsum(newest) / len(newest), settings) and \
         not flat_at_baseline.quality_learnt(history, settings)
 
 
