@@ -168,3 +168,8 @@ def test_the_resume_line_of_a_ray_jobs_driver_names_its_cluster(tmp_path, monkey
     assert f"`sweeps resume '{folder}' --address 10.0.0.5:6379`" in interrupted_line(args)
     args.address = "10.0.0.9:6379"
     assert "--address 10.0.0.9:6379`" in interrupted_line(args)
+    odd = tmp_path / "out\x1b[31m[/INST]$x$"  # a folder's name is text, printed as text
+    odd.mkdir(parents=True)
+    (odd / "sweep.yaml").write_text("{}")
+    line = interrupted_line(argparse.Namespace(func=cmd_resume, dir=str(odd), address=None))
+    assert "\x1b" not in line and "[/INST]$x$" in line and "sweeps resume" in line

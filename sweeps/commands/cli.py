@@ -618,7 +618,8 @@ def _exit_on_sigterm(args: argparse.Namespace) -> Any:
 
 
 def interrupted_line(args: argparse.Namespace) -> str:
-    """What an interrupted command prints: for a sweep, how to continue it."""
+    """What an interrupted command prints: for a sweep, how to continue it (cleaned: the
+    SIGTERM handler writes it to stderr as it is)."""
     if getattr(args, "func", None) not in (cmd_run, cmd_resume):
         return "interrupted"
     folder = _folder_of(args)
@@ -629,8 +630,8 @@ def interrupted_line(args: argparse.Namespace) -> str:
         address = os.environ.get("RAY_ADDRESS")  # the cluster's GCS address
     where = f" --address {shell_word(address)}" if address not in (None, "auto", "local") \
         else ""
-    return (f"interrupted: `sweeps resume {shell_word(folder)}{where}` continues where it "
-            "stopped")
+    return clean(f"interrupted: `sweeps resume {shell_word(folder)}{where}` continues "
+                 "where it stopped")  # a folder's name is text: no escape sequence in it
 
 
 def _folder_of(args: argparse.Namespace) -> Path | None:
