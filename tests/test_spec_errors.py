@@ -105,6 +105,8 @@ CASES = {
                               "write_back.lr", "'experiment'"),
     "step budget below one trial": (lambda d: d["budget"].update(total_steps=10),
                                     "budget.total_steps", "raise total_steps"),
+    "grace past one trial": (lambda d: d["budget"].update(grace_steps=10_000),
+                             "budget.grace_steps", "set grace_steps below max_steps"),
     "negative trials": (lambda d: d["budget"].update(trials=0), "budget.trials",
                         "greater than or equal to 1"),
     "reserved write_back path": (lambda d: d["write_back"].update(lr="sweep.lr"),

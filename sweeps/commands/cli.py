@@ -562,9 +562,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except SystemExit as exc:
-        if exc.code != signal.SIGTERM:
-            raise
-        return 128 + signal.SIGTERM  # the handler said how to continue
+        if exc.code != signal.SIGTERM and not _TERMINATED:
+            raise  # (Ray's wait turns the handler's exit into a SystemExit(1))
+        _say_terminated(args)  # unless the handler did: Ray's own ended it in ray.init
+        return 128 + signal.SIGTERM
     except SpecError as exc:
         echo(f"error: {exc.key}: {exc.problem}.\n  fix: {exc.fix}", file=sys.stderr)
         return SpecError.exit_code
@@ -604,17 +605,25 @@ def _exit_on_sigterm(args: argparse.Namespace) -> Any:
     thread: nothing is changed)."""
     if threading.current_thread() is not threading.main_thread():
         return None
-    said: list[bool] = []
+    _TERMINATED.clear()
 
     def terminated(signum: int, _frame: Any) -> None:
-        if not said:
-            said.append(True)
-            line = interrupted_line(args)  # the same way on as after Ctrl-C
-            sys.stderr.write("terminated" + line.removeprefix("interrupted") + "\n")
-            sys.stderr.flush()
+        _say_terminated(args)
         raise Terminated(signum)
 
     return signal.signal(signal.SIGTERM, terminated)
+
+
+_TERMINATED: list[bool] = []  # SIGTERM reached this command and it said how to continue
+
+
+def _say_terminated(args: argparse.Namespace) -> None:
+    """Say once how to continue after SIGTERM: as after Ctrl-C."""
+    if not _TERMINATED:
+        _TERMINATED.append(True)
+        line = interrupted_line(args)
+        sys.stderr.write("terminated" + line.removeprefix("interrupted") + "\n")
+        sys.stderr.flush()
 
 
 def interrupted_line(args: argparse.Namespace) -> str:

@@ -134,6 +134,16 @@ class Budget(_Strict):
                              "raise total_steps or lower max_steps")
         return total
 
+    @field_validator("grace_steps")
+    @classmethod
+    def _grace_below_max(cls, grace: int | None, info: ValidationInfo) -> int | None:
+        most = info.data.get("max_steps")
+        if grace is not None and most is not None and grace >= most:
+            raise ValueError(f"{grace} leaves ASHA no rung before a trial's max_steps "
+                             f"({most}); set grace_steps below max_steps, or scheduler: "
+                             "none to stop no trial for poor quality")
+        return grace
+
     @property
     def trial_cap(self) -> int | None:
         """Most search trials to start: ``trials``, or None (no cap) for a step budget

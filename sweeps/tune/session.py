@@ -388,7 +388,8 @@ def ray_running(address: str | None = None, num_cpus: int | None = None,
         from sweeps.cluster.auth import enable_for_driver
 
         enable_for_driver(address)  # send the cluster's token if it uses token auth
-        ray.init(address=address or None, **kwargs)
+        with _sigterm_kept():
+            ray.init(address=address or None, **kwargs)
         try:
             yield session
         finally:
@@ -403,8 +404,9 @@ def ray_running(address: str | None = None, num_cpus: int | None = None,
         env.set(_SINGLE_MACHINE, "0")
         was_single = compat.set_ray_single_machine(True)
         own_token = _token_for_this_run(session.folder, env)
-        ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
-                 _temp_dir=str(session.folder / RAY_DIR), **kwargs)
+        with _sigterm_kept():
+            ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
+                     _temp_dir=str(session.folder / RAY_DIR), **kwargs)
         _CURRENT = session
         yield session
     finally:
@@ -419,6 +421,22 @@ def ray_running(address: str | None = None, num_cpus: int | None = None,
                 _reload_token()
             if session.folder is not None:
                 _clean_up(session)
+
+
+@contextmanager
+def _sigterm_kept() -> Iterator[None]:
+    """Keep the command's SIGTERM handler across ``ray.init``, which replaces it twice: in
+    Python by a bare ``sys.exit``, and below Python by its core worker's crash handler,
+    which aborts the driver (exit 134, no line on how to continue; measured 3 of 3)."""
+    import threading
+
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if callable(before):
+            signal.signal(signal.SIGTERM, before)
 
 
 def _clean_up(session: RaySession) -> None:
