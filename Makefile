@@ -25,7 +25,7 @@ lint: setup
 
 test: setup
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=15
 
 test-fast: setup
 	$(BIN)/ruff check .

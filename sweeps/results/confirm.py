@@ -36,7 +36,6 @@ space they run on the same seeds after the search instead (``confirm.base``).
 from __future__ import annotations
 
 import math
-import shlex
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -60,6 +59,7 @@ from sweeps.protocol import (
 from sweeps.record import objectives
 from sweeps.record.book import TrialBook, TrialRecord
 from sweeps.spec.loader import Objective, Sweep
+from sweeps.terminal import shell_word
 from sweeps.trial import horizon
 from sweeps.trial.run import is_probe, trial_settings, trial_values
 
@@ -809,7 +809,7 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
                          f"round would pass budget.total_steps ({spent} of "
                          f"{sweep.spec.budget.total_steps} spent); raise total_steps to "
                          "confirm more (`sweeps resume "
-                         f"{shlex.quote(str(sweep.output_dir))} --total-steps N` settles them "
+                         f"{shell_word(sweep.output_dir)} --total-steps N` settles them "
                          "without starting again)")
             break
         batch, queue = queue[:take], queue[take:]
@@ -876,7 +876,7 @@ def _unsettled_note(sweep: Sweep, book: TrialBook, judged: list[Confirmation]) -
     steps = sum(ladder_cost(sweep, book, book.trials[c.trial_id]) for c in open_)
     return (f"{len(open_)} candidate(s) are not settled: about {steps} more training steps "
             "would settle them (`sweeps resume "
-            f"{shlex.quote(str(sweep.output_dir))} --total-steps N`)")
+            f"{shell_word(sweep.output_dir)} --total-steps N`)")
 
 
 def _sensitivity(member: TrialRecord, probe: TrialRecord, metric: str,

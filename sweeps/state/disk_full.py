@@ -10,11 +10,11 @@ there is room.
 from __future__ import annotations
 
 import errno
-import shlex
 import shutil
 from pathlib import Path
 
 from sweeps.state.layout import MARKER_FILE
+from sweeps.terminal import shell_word
 
 #: ``errno`` values that mean "no room to write".
 NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT})
@@ -59,7 +59,7 @@ def message(error: OSError, folder: Path | None = None) -> str:
         f"could not write into {results}" if results is not None else "could not write"
     room = _free(where.parent if where is not None else results or Path.cwd())
     ours = results is not None and (results / MARKER_FILE).is_file()
-    then = (f"free some space, then `sweeps resume {shlex.quote(str(results))}` finishes the "
+    then = (f"free some space, then `sweeps resume {shell_word(results)}` finishes the "
             "sweep (every finished trial is kept)" if ours
             else "free some space and run the command again")
     return f"error: disk full: {what} ({error.strerror or 'no space left'}; {room}); {then}"

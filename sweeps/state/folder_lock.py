@@ -56,7 +56,7 @@ from sweeps.errors import SpecError
 from sweeps.secrets import hide_credentials
 from sweeps.state import layout
 from sweeps.state.atomic import write_text
-from sweeps.terminal import echo_stderr
+from sweeps.terminal import echo_stderr, shell_word
 
 LOCK_FILE = layout.LOCK_FILE
 OWNER_FILE = layout.OWNER_FILE
@@ -211,7 +211,7 @@ def check_ours(folder: Path, command: str) -> None:
         raise ForeignFolder(
             str(folder), f"has no {MARKER_FILE} marker and holds only what sweeps itself "
             f"left there ({left})",
-            f"mark it as a results folder: touch {shlex.quote(str(folder / MARKER_FILE))} "
+            f"mark it as a results folder: touch {shell_word(folder / MARKER_FILE)} "
             f"(or remove {', '.join(others)})")
     if others:
         shown = ", ".join(others[:4]) + (", ..." if len(others) > 4 else "")
@@ -220,7 +220,7 @@ def check_ours(folder: Path, command: str) -> None:
             f"holds other files ({shown}); sweeps neither renames nor writes into it",
             f"give {_other_fix(command)} or another `name:`, or move that folder away "
             f"yourself. If it is the results folder of an older sweeps version: touch "
-            f"{shlex.quote(str(folder / MARKER_FILE))}")
+            f"{shell_word(folder / MARKER_FILE)}")
 
 
 def owner_text(folder: Path) -> str:
