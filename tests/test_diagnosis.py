@@ -49,6 +49,25 @@ def test_a_run_back_at_the_guess_for_the_second_half_is_diagnosed():
     assert diagnose(late, RuleSettings(baseline_loss=B)) is None
 
 
+def test_a_run_cut_at_an_evaluation_is_judged_on_its_training_loss():
+    """Lightning's and Hugging Face's evaluations arrive as reports of their own, without
+    a training loss, and a scheduler prunes on them: the history then ends on a report
+    the rules do not judge, and no pruned trial of such a trainer had a diagnosis."""
+    back = []
+    for s in range(1, 161):
+        back.append({"step": s, "loss": 0.5 if s < 25 else B})
+        if s % 40 == 0:
+            back.append({"step": s, "val_loss": B, "val_acc": 0.26})
+    settings = RuleSettings(baseline_loss=B, quality_metric="val_acc", quality_mode="max",
+                            quality_baseline=0.25)
+    verdict = diagnose(back, settings)
+    assert verdict is not None and verdict.reason == "flat_at_baseline"
+    assert verdict.step == 160 and verdict.evidence["metric"] == "loss"
+    # the evaluation it was cut at still speaks for its quality: well above chance
+    learnt = [*back[:-1], {"step": 160, "val_loss": B, "val_acc": 0.9}]
+    assert diagnose(learnt, settings) is None
+
+
 def _pruned(book: TrialBook, trial_id: str, lr: float, losses: list[float]) -> None:
     for step, loss in enumerate(losses, start=1):
         book.record(trial_id, {"step": step, "loss": loss, "config": {"lr": lr}})

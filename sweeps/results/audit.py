@@ -412,14 +412,20 @@ def rule_line(rec: Mapping[str, Any]) -> str:
             f"{int(rec['poor'])} poor, {int(rec['recovered'])} recovered: ")
     if rec["rule"] == PRUNED:
         return head + "ASHA's cut for trailing quality, no verdict of the rules (no precision)"
-    line = head + f"precision {_pct(rec['precision'])}, strict {_pct(rec['failed_share'])}"
+    line = head + f"precision {percent(rec['precision'])}, strict {percent(rec['failed_share'])}"
     held = rec.get("state_held")
     if held is not None and not (isinstance(held, float) and math.isnan(held)):
         line += f"; the named state held through half the rest of the run in {int(held)} of {n}"
     return line
 
 
-def _pct(share: float) -> str:
+def percent(share: float | None) -> str:
+    """A share as the audit prints it; ``-`` for none (ASHA's cuts have no precision).
+
+    Example:
+        >>> percent(0.666), percent(float("nan"))
+        ('67 %', '-')
+    """
     return "-" if share is None or math.isnan(share) else f"{100 * share:.0f} %"
 
 
@@ -458,8 +464,8 @@ def markdown(sweep_name: str, result: AuditResult, n_stopped: int, sample: int,
              margin: float, shown: pd.DataFrame) -> str:
     """audit.md: what was re-run, the definitions, the per-rule table and the rows."""
     table = result.rules.copy()
-    table["precision"] = [_pct(v) for v in table["precision"]]
-    table["failed_share"] = [_pct(v) for v in table["failed_share"]]
+    table["precision"] = [percent(v) for v in table["precision"]]
+    table["failed_share"] = [percent(v) for v in table["failed_share"]]
     ref = "none" if result.best is None else f"{result.best:.4g} ({result.best_from})"
     lines = [
         f"# Rule audit of sweep {sweep_name}", "",

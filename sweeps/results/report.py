@@ -275,7 +275,7 @@ def _taxonomy_html(res: Results, folder: Path) -> str:
 
 def _audit_html(res: Results, folder: Path) -> str:
     """A "Rule audit" section when ``sweeps audit`` left audit.csv here, else ''."""
-    from sweeps.results.audit import per_rule, stopped_trials
+    from sweeps.results.audit import per_rule, percent, stopped_trials
 
     rows = read_csv(folder / "audit.csv")
     if not {"reason", "outcome"} <= set(rows.columns) or not len(rows):
@@ -284,7 +284,7 @@ def _audit_html(res: Results, folder: Path) -> str:
     stopped = stopped_trials(res.trials, pruned=True)
     rules = per_rule(rows, stopped)
     for col in ("precision", "failed_share"):
-        rules[col] = [f"{100 * v:.0f} %" for v in rules[col]]
+        rules[col] = [percent(v) for v in rules[col]]
     return ("<h2 id=audit>Rule audit</h2><p class=muted>Stopped trials re-run to full length "
             "with the rules only watching (<code>sweeps audit</code>): recovered = within "
             "the margin of the best ok trial, failed = non-finite, crashed, at the baseline or "

@@ -93,6 +93,7 @@ def diagnose(history: History, settings: RuleSettings | None = None) -> Verdict 
         'flat_at_baseline'
     """
     settings = settings or _DEFAULTS
+    history = _ending_judged(history)
     verdict = evaluate(history, settings)
     if verdict is not None or len(history) < DIAGNOSE_MIN_REPORTS:
         return verdict
@@ -105,6 +106,26 @@ def diagnose(history: History, settings: RuleSettings | None = None) -> Verdict 
         "collapse_min_step": min(settings.collapse_min_step, settings.warmup_steps),
     })
     return evaluate(history, short) or _flat_in_second_half(history, settings, steps)
+
+
+def _ending_judged(history: History) -> History:
+    """``history`` ending on a report the rules judge: the validation-only reports after
+    its last training ``loss`` (Lightning's and Hugging Face's evaluations, which a
+    scheduler prunes on) folded into that report, so a run cut at an evaluation is judged
+    on its training loss with what the evaluation said (its quality, its step).
+
+    Example:
+        >>> _ending_judged([{"step": 9, "loss": 1.2}, {"step": 9, "val_acc": 0.3}])
+        [{'step': 9, 'loss': 1.2, 'val_acc': 0.3}]
+    """
+    last = next((i for i in range(len(history) - 1, -1, -1)
+                 if history[i].get("loss") is not None), None)
+    if last is None or last == len(history) - 1:
+        return history
+    folded = dict(history[last])
+    for report in history[last + 1:]:
+        folded.update({k: v for k, v in report.items() if k != "loss"})
+    return [*history[:last], folded]
 
 
 def _flat_in_second_half(history: History, settings: RuleSettings,
