@@ -4,6 +4,7 @@ own process are crashes with a reason, and a deterministic exit is not retried."
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -51,6 +52,38 @@ def test_none_for_the_objective_is_a_bad_metric_and_none_elsewhere_is_not_report
     assert stop.value.verdict.evidence["metric"] == "val_loss"
     with pytest.raises(TrialStopped):  # a list is not a number either
         TrialReporter(RuleSettings(), seen.append)({"step": 1, "loss": [1.0, 2.0]})
+
+
+def test_an_int_past_a_floats_range_is_infinite_and_a_fraction_a_number():
+    from fractions import Fraction
+
+    from sweeps.rules.settings import RuleSettings
+    from sweeps.trial.reporter import TrialReporter, TrialStopped
+
+    seen: list[dict] = []
+    report = TrialReporter(RuleSettings(), seen.append)
+    report({"step": 1, "loss": 1.0, "share": Fraction(1, 3), "big": -(10**400)})
+    assert seen[-1]["share"] == pytest.approx(1 / 3) and seen[-1]["big"] == -math.inf
+    with pytest.raises(TrialStopped) as stop:
+        report({"step": 2, "loss": 10**400})
+    assert stop.value.verdict.reason == "non_finite"
+    with pytest.raises(TrialStopped) as stop:  # a step is a number too
+        TrialReporter(RuleSettings(), seen.append)({"step": "5", "loss": 1.0})
+    assert stop.value.verdict.reason == "bad_metric"
+    assert stop.value.verdict.evidence["metric"] == "step"
+
+
+@pytest.mark.slow
+def test_a_huge_int_ends_its_trial_not_the_sweep(linreg_dir):
+    """Ray Tune makes every metric a float: 10**400 in one report ended the whole sweep
+    with an OverflowError and no trials.csv."""
+    edit_linreg(linreg_dir, train={"fail": "huge"},
+                budget={"trials": 2, "concurrent": 2, "scheduler": "none"},
+                confirm={"seeds": 0})
+    run_cli_in(linreg_dir, "run", "linreg.yaml", "--quiet", "--no-preflight")
+    trials = read_results_csv(linreg_dir / "results" / "linreg" / "trials.csv")
+    assert list(trials["status"]) == ["unstable", "unstable"]
+    assert set(trials["reason"]) == {"non_finite"} and set(trials["steps"]) == {5}
 
 
 @pytest.mark.parametrize("fail", ["sys_exit", "os_exit", "named_exit"])

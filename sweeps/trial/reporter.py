@@ -11,6 +11,7 @@ audit``) it only records the first verdict and never stops the trainer.
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -56,7 +57,9 @@ class TrialHeld(TrialStopped):
 
 
 def _number(value: Any) -> Any:
-    """Plain Python scalars for what Ray and CSV files store."""
+    """Plain Python scalars for what Ray and CSV files store: an int past a float's range
+    is ±inf (Ray Tune turns every metric into a float, and that overflow ended the whole
+    sweep), another real number (a ``Fraction``) its float."""
     if hasattr(value, "item") and callable(value.item):
         try:
             value = value.item()
@@ -64,8 +67,19 @@ def _number(value: Any) -> Any:
             return str(value)
     if isinstance(value, bool):
         return int(value)
-    if isinstance(value, (int, float, str)) or value is None:
+    if isinstance(value, int):
+        try:
+            float(value)
+        except OverflowError:
+            return math.inf if value > 0 else -math.inf
         return value
+    if isinstance(value, (float, str)) or value is None:
+        return value
+    if isinstance(value, numbers.Real):
+        try:
+            return float(value)
+        except OverflowError:
+            return math.inf if value > 0 else -math.inf
     return str(value)
 
 
@@ -117,15 +131,17 @@ class MetricKeys:
                 f"are kept; dropped {shown}{more} (and any new key after them)", "step": step}
 
 
-def bad_metric(entry: Mapping[str, Any], required: Sequence[str]) -> Verdict | None:
-    """``bad_metric`` when a reported value is not a real number, or a ``required`` metric
-    (an objective) is reported as ``None``; other ``None`` values mean "not reported"."""
+def bad_metric(entry: Mapping[str, Any], required: Sequence[str],
+               step: int = 0) -> Verdict | None:
+    """``bad_metric`` at ``step`` when a reported value (the step's own included) is not a
+    real number, or a ``required`` metric (an objective) is reported as ``None``; other
+    ``None`` values mean "not reported"."""
     for key, value in entry.items():
         if value is None and key not in required:
             continue
         if value is None or isinstance(value, str):
             shown = repr(value)[:80]
-            return Verdict("bad_metric", int(entry.get("step") or 0), {
+            return Verdict("bad_metric", step, {
                 "metric": key, "value": shown,
                 "error": f"{key!r} is {shown}; report real numbers (a float, an int or a "
                          "one-element tensor) and keep text out of report()"})
@@ -184,8 +200,8 @@ class TrialReporter:
         step = entry.get("step")
         if not isinstance(step, (int, float)) or not math.isfinite(step):
             step = self._last_step + 1
+        broken = bad_metric(entry, self.required, int(step))  # a step "5" too
         entry["step"] = int(step)
-        broken = bad_metric(entry, self.required)
         if broken is not None:  # a crash even when only observing: nothing to judge
             self.verdict = broken
             entry = {k: v for k, v in entry.items() if isinstance(v, (int, float))}

@@ -77,6 +77,8 @@ def train(config, report):
             EXITS[t["fail"]]()  # a trainer that ends its own process
         if step >= 5 and t.get("fail") == "text":
             metrics["loss"] = "banana"  # text where a number belongs
+        if step == 5 and t.get("fail") == "huge":
+            metrics.update(loss=10**400, extra=10**400)  # past a float's range
         if t.get("fail") == "raise_late" and step == 5:
             raise ValueError("planted failure at step 5")
         opt.step()
