@@ -150,6 +150,16 @@ def test_try_says_when_the_lr_knob_does_not_reach_the_optimizer(linreg_dir, caps
     assert "seed 0" in out
 
 
+def test_a_try_that_ends_inside_its_warmup_is_not_called_an_ignored_lr(linreg_dir, capsys,
+                                                                         monkeypatch):
+    """10 steps of a 5000-step warmup reach lr x 0.002: the LR is still rising, the knob is
+    read; it was exit 2, "the trainer does not read the lr knob's path"."""
+    monkeypatch.chdir(linreg_dir)
+    assert main(["try", "hooked.yaml", "--set", "lr=0.005", "--set", "warmup=5000",
+                 "--steps", "10"]) == 0
+    assert "does not follow" not in capsys.readouterr().out
+
+
 def test_try_says_when_a_warmup_never_moves_the_lr(linreg_dir, capsys, monkeypatch):
     """The warmup knob written where the trainer never reads it (as a scheduler never
     stepped looks): the LR is the same on every report, and try exits 2 naming the path."""

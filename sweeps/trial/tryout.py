@@ -210,7 +210,15 @@ LR_FOLLOW_FACTOR = 100.0
 
 
 def lr_not_followed(sampled: Any, history: list[dict[str, Any]]) -> str | None:
-    """Why the LR the trainer reports does not follow the sampled ``lr``, or None."""
+    """Why the LR the trainer reports does not follow the sampled ``lr``, or None (also
+    when a LR far below it still rose at the end: a warmup longer than the try).
+
+    Example:
+        >>> lr_not_followed(0.1, [{"lr": 1e-5}, {"lr": 1e-5}]) is not None
+        True
+        >>> lr_not_followed(0.1, [{"lr": 1e-5}, {"lr": 2e-5}]) is None
+        True
+    """
     from sweeps.record import objectives
 
     if not isinstance(sampled, (int, float)) or sampled <= 0:
@@ -221,6 +229,9 @@ def lr_not_followed(sampled: Any, history: list[dict[str, Any]]) -> str | None:
     ratio = max(reported) / float(sampled)
     if 1 / LR_FOLLOW_FACTOR <= ratio <= LR_FOLLOW_FACTOR:
         return None
+    if ratio < 1 and len(reported) > 1 and reported[-1] > reported[0] and \
+            reported[-1] == max(reported):
+        return None  # still warming up when the try ended: its peak is yet to come
     return (f"the optimizer's LR (peak {max(reported):.3g}) does not follow the sampled lr "
             f"{float(sampled):.3g}: the trainer does not read the lr knob's path")
 
