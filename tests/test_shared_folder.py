@@ -68,3 +68,9 @@ def test_owner_and_lock_files_are_private_and_hold_no_password(tmp_path, monkeyp
             assert stat.S_IMODE((folder / name).stat().st_mode) == 0o600, name
         text = (folder / OWNER_FILE).read_text()
         assert "S3cretPW" not in text and "http://alice:***@mlflow.example:5000/" in text
+    monkeypatch.setattr("sys.argv", ["sweeps", "run", "s.yaml", "--tracking-uri",
+                                     "http://alice:p@ss@127.0.0.1:9/?token=QS3cret&x=1"])
+    with claim(folder, "run"):
+        text = (folder / OWNER_FILE).read_text()
+        assert "p@ss" not in text and "ss@" not in text and "QS3cret" not in text
+        assert "http://alice:***@127.0.0.1:9/?token=***&x=1" in text

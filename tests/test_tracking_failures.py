@@ -165,7 +165,7 @@ def test_tracking_that_fails_is_a_warning_and_every_other_output_is_written(
 def test_a_resume_logs_to_the_store_the_sweep_was_logged_to(tmp_path, capsys):
     """tracking.txt names the URI of the last logging: a resume without --tracking-uri
     logs there again (it had gone to results/<name>/mlflow.db, a second store); not after a
-    failed logging, nor when the URI's password was masked (it is not kept on disk)."""
+    failed logging, nor when a credential of the URI was masked (it is not kept on disk)."""
     from sweeps.commands.run import earlier_tracking_uri
 
     note = tmp_path / "tracking.txt"
@@ -177,3 +177,7 @@ def test_a_resume_logs_to_the_store_the_sweep_was_logged_to(tmp_path, capsys):
     note.write_text("MLflow: http://alice:***@srv:5000\nparent run: abc\n")
     assert earlier_tracking_uri(note) is None
     assert "pass --tracking-uri again" in capsys.readouterr().err
+    for masked in ("http://***@srv:5000", "http://srv:5000/?token=***"):
+        note.write_text(f"MLflow: {masked}\nparent run: abc\n")
+        assert earlier_tracking_uri(note) is None
+        assert "credentials are not kept on disk" in capsys.readouterr().err

@@ -30,7 +30,7 @@ from sweeps.results.race import owner_of
 from sweeps.results.report import write_report
 from sweeps.results.tracking import log_sweep, scrub
 from sweeps.results.tracking import tracking_uri as resolve_tracking_uri
-from sweeps.secrets import hide_credentials
+from sweeps.secrets import MASK, hide_credentials
 from sweeps.spec.loader import Sweep
 from sweeps.state import check as state_check
 from sweeps.state import folder_lock, saved_sweep
@@ -319,14 +319,14 @@ def _tracking_note(note: Path) -> tuple[str | None, str | None]:
 def earlier_tracking_uri(note: Path) -> str | None:
     """The tracking URI the sweep was logged to before (``tracking.txt``), so a resume
     without ``--tracking-uri`` logs to the same store; None when there is none, its
-    logging failed (the note says to pass ``--tracking-uri``), or its password was masked
-    there (then the resume says to pass ``--tracking-uri`` again)."""
+    logging failed (the note says to pass ``--tracking-uri``), or credentials of it were
+    masked there (then the resume says to pass ``--tracking-uri`` again)."""
     uri, parent = _tracking_note(note)
     if parent is None:
         return None
-    if uri and "***@" in uri:
-        echo_stderr(f"note: this sweep was logged to {uri} before; its password is not kept "
-                    "on disk: pass --tracking-uri again (or set MLFLOW_TRACKING_URI) to log "
+    if uri and MASK in uri:
+        echo_stderr(f"note: this sweep was logged to {uri} before; its credentials are not "
+                    "kept on disk: pass --tracking-uri again (or set MLFLOW_TRACKING_URI) to log "
                     "there; logging to the default store instead")
         return None
     return uri or None

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from sweeps.protocol import SEARCH
 from sweeps.record.book import TrialBook, TrialRecord
+from sweeps.secrets import MASK, credentials_in, hide_credentials
 from sweeps.spec.loader import Sweep
 
 _BATCH = 900  # MLflow takes at most 1000 metrics per log_batch call
@@ -82,9 +83,12 @@ def tracking_uri(sweep: Sweep, uri: str | None = None) -> str:
 
 
 def scrub(text: str, uri: str) -> str:
-    """``text`` (an error message) with the password of ``uri`` masked."""
-    password = urllib.parse.urlparse(uri).password
-    return text.replace(password, "***") if password else text
+    """``text`` (an error message) with the credentials of ``uri`` masked, in any URL in
+    it and wherever they appear alone (:mod:`sweeps.secrets`)."""
+    text = hide_credentials(text)
+    for secret in credentials_in(uri):
+        text = text.replace(secret, MASK)
+    return text
 
 
 def check_reachable(uri: str) -> None:
