@@ -54,6 +54,22 @@ def test_a_folder_sealed_under_another_key_or_writable_by_others_is_refused(tmp_
     with pytest.raises(SpecError) as info:
         check(folder)
     assert "tuner.pkl is not yours alone" in info.value.problem
+    os.chmod(folder / "ray" / "tuner.pkl", 0o644)
+    journal = folder / "trials" / "t1.jsonl"  # what stable/ is rebuilt from
+    journal.parent.mkdir()
+    journal.write_text("{}\n")
+    os.chmod(journal, 0o666)
+    with pytest.raises(SpecError) as info:
+        check(folder)
+    assert "t1.jsonl is not yours alone" in info.value.problem
+
+
+def test_the_fix_quotes_a_folder_with_a_space(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    folder = _results_folder(tmp_path / "my results")
+    with pytest.raises(SpecError) as info:
+        check(folder)  # never sealed here
+    assert f"`sweeps resume '{folder}' --trust-state`" in info.value.fix
 
 
 def test_a_umask_002_folder_passes_unless_its_group_has_other_members(tmp_path,

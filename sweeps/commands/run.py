@@ -190,8 +190,9 @@ def with_total_steps(sweep: Sweep, total: int) -> Sweep:
         raise SpecError("--total-steps", f"this sweep is budgeted in trials (budget.trials: "
                         f"{budget.trials}), not steps: its search ran its trials and its "
                         "candidates were settled in full, so more steps would run nothing",
-                        "run a new sweep with more trials (or a budget.total_steps), "
-                        f"seeded from this one: sweeps run FILE --warm-start {sweep.output_dir}")
+                        "run a new sweep with more trials (or a budget.total_steps), seeded "
+                        "from this one: sweeps run FILE --warm-start "
+                        f"{shell_word(sweep.output_dir)}")
     spent = 0
     for events in Journal(sweep.output_dir / "trials").read().values():
         steps = [p.get("step") for kind, p in events if kind == "metrics"]

@@ -37,6 +37,7 @@ from sweeps.state.layout import (
     SWEEP_FILE,
     TRIALS_DIR,
 )
+from sweeps.terminal import shell_word
 
 #: Files and folders of a results folder the driver writes or reads back.
 STATE_FILES = (SWEEP_FILE, STATE_FILE, STUDY_FILE, MLFLOW_DB, TRIALS_DIR)
@@ -227,7 +228,7 @@ def check_trials_csv(folder: Path) -> int:
     newline. Returns its row count."""
     folder = Path(folder)
     path = folder / "trials.csv"
-    fix = _CSV_FIX.format(folder=folder)
+    fix = _CSV_FIX.format(folder=shell_word(folder))
     if path.is_symlink():
         raise DamagedState("trials.csv", f"is a symlink (to {os.readlink(path)})", fix)
     text = _text(folder, path, fix)
@@ -275,15 +276,16 @@ def check_for_report(folder: Path) -> None:
     if missing:
         shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
         raise DamagedState("trials.csv", f"lacks {len(missing)} trial(s) the journals in "
-                           f"trials/ show finished ({shown})", _CSV_FIX.format(folder=folder))
+                           f"trials/ show finished ({shown})",
+                           _CSV_FIX.format(folder=shell_word(folder)))
     check_outputs(folder)
 
 
 def check_outputs(folder: Path) -> None:
     """The outputs after trials.csv were all written: pareto.csv, and every stable/ YAML it
     lists (a driver stopped while writing them leaves trials.csv alone). Reads only."""
-    fix = (f"run `sweeps resume {folder}`: it writes the outputs again from the journals "
-           "(no trial runs again)")
+    fix = (f"run `sweeps resume {shell_word(folder)}`: it writes the outputs again from the "
+           "journals (no trial runs again)")
     pareto = folder / PARETO_CSV
     if not pareto.is_file():
         raise DamagedState("pareto.csv", "is missing: the sweep's outputs are incomplete (its "

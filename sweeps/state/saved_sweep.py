@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sweeps.state.layout import STATE_FILE, SWEEP_FILE
+from sweeps.terminal import shell_word
 
 if TYPE_CHECKING:
     from sweeps.spec.loader import Sweep
@@ -55,8 +56,9 @@ def read(folder: Path, *, import_trainer: bool = True, project: Path | None = No
     elif import_trainer and not workdir.is_dir():
         raise SpecError("--project", f"the folder this sweep ran from, {workdir}, is gone (a "
                         "Ray job's temporary working_dir goes with its Ray session; or the "
-                        "project moved)", f"give your project folder: sweeps resume {folder} "
-                        "--project PATH (its trainer is imported from there)")
+                        "project moved)", "give your project folder: sweeps resume "
+                        f"{shell_word(folder)} --project PATH (its trainer is imported from "
+                        "there)")
     try:
         sweep = load_sweep_dict(data, base_dir=base_dir, workdir=workdir,
                                 import_trainer=import_trainer)

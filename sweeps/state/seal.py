@@ -30,11 +30,14 @@ from sweeps.errors import SpecError
 from sweeps.state import layout
 from sweeps.state.atomic import write_text
 from sweeps.state.folder_lock import writable_by_others
+from sweeps.terminal import shell_word
 
 SEAL_FILE = layout.SEAL_FILE
 #: What ``resume`` loads as code, under the results folder
 #: (Ray's state in ray/ and confirm*/; the trainer that sweep.yaml and sweep_state.json name.)
 PICKLED_STATE = ("ray", "confirm*", "sweep.yaml", "sweep_state.json")
+#: What ``resume`` rebuilds ``stable/`` and the study from: no code, but the hand-over.
+READ_BACK = (layout.TRIALS_DIR, layout.STUDY_FILE)
 
 
 def key_path() -> Path:
@@ -145,7 +148,7 @@ def _open_to_others(folder: Path) -> Path | None:
     accounts write: :func:`sweeps.state.folder_lock.writable_by_others`)."""
     me = os.getuid()
     paths = [folder]
-    for pattern in PICKLED_STATE:
+    for pattern in (*PICKLED_STATE, *READ_BACK):
         for top in folder.glob(pattern):
             paths += [top, *top.rglob("*")] if top.is_dir() else [top]
     for path in paths:
@@ -165,7 +168,7 @@ def check(folder: Path, trust: bool = False, command: str = "resume") -> None:
     if trust:
         return
     fix = (f"{command} only results folders your own sweeps wrote; if you trust this one as "
-           f"you would its code, run `sweeps {command} {folder} --trust-state`")
+           f"you would its code, run `sweeps {command} {shell_word(folder)} --trust-state`")
     sealed = _sealed_here(folder)
     edited = [] if sealed else edited_files(folder)
     if edited:
@@ -173,7 +176,7 @@ def check(folder: Path, trust: bool = False, command: str = "resume") -> None:
                         f"{command} runs the sweep as it was saved (a search space edited "
                         "there or in your sweep file is not applied to a sweep under way)",
                         f"put it back as it was for `sweeps {command}`, or run a new sweep "
-                        f"seeded from this one: sweeps run FILE --warm-start {folder}")
+                        f"seeded from this one: sweeps run FILE --warm-start {shell_word(folder)}")
     if not sealed:
         raise SpecError("DIR", f"{folder} was not written by sweeps under this account, or "
                         f"not in this folder (no {SEAL_FILE} that verifies here: a seal binds "
@@ -183,6 +186,7 @@ def check(folder: Path, trust: bool = False, command: str = "resume") -> None:
     other = _open_to_others(folder)
     if other is not None:
         raise SpecError("DIR", f"{other} is not yours alone (another user owns it or may "
-                        f"write it); {command} loads code from the folder",
+                        f"write it); {command} loads code from the folder and hands "
+                        "over what its journals say",
                         "make it yours (chown, chmod go-w) and resume again, or " + fix[0].lower()
                         + fix[1:])
