@@ -59,6 +59,40 @@ CASES = {
     "a choice listed twice": (lambda d: d["search_space"].update(
         lr={"type": "categorical", "choices": [0.1, 0.01, 0.1]}), "search_space.lr",
         "list each choice once"),
+    "equal numbers as choices": (lambda d: d["search_space"].update(
+        lr={"type": "categorical", "choices": [0, 1.0, 1]}), "search_space.lr",
+        "1 is listed twice (1.0 and 1 are one number)"),
+    "true beside 1 as choices": (lambda d: d["search_space"].update(
+        lr={"type": "categorical", "choices": [1, True]}), "search_space.lr",
+        "use true/false or numbers, not both"),
+    "an int step that does not fit the range": (lambda d: (d["search_space"].update(
+        warmup={"type": "int", "low": 0, "high": 60, "step": 7}),
+        d["write_back"].update(warmup="train.steps")), "search_space.warmup.step",
+        "make high - low a multiple of step, e.g. high: 56 or 63"),
+    "an int step past the range": (lambda d: (d["search_space"].update(
+        warmup={"type": "int", "low": 0, "high": 60, "step": 1000}),
+        d["write_back"].update(warmup="train.steps")), "search_space.warmup.step",
+        "every trial would get 0"),
+    "a step on a float knob": (lambda d: d["search_space"].update(
+        lr={"type": "uniform", "low": 0.0, "high": 1.0, "step": 0.3}),
+        "search_space.lr.step", "a float knob takes no step"),
+    "a knob name that is no ASCII identifier": (lambda d: (d["search_space"].update(
+        {"\u00ff_knob": {"type": "uniform", "low": 0.0, "high": 1.0}}),
+        d["write_back"].update({"\u00ff_knob": "train.steps"})), "search_space.\u00ff_knob",
+        "ASCII letters, digits and '_'"),
+    "a TOML base config": (lambda d: d.update(base_config="linreg_config.toml"),
+                           "base_config", "save it as .yaml or .json"),
+    "text choices over a number": (lambda d: (d["search_space"].update(
+        optim={"type": "categorical", "choices": ["sgd", "adam"]}),
+        d["write_back"].update(optim="train.steps")), "write_back.optim",
+        "point write_back.optim at the key that holds that setting (e.g. train.fail)"),
+    "numbers over a list": (lambda d: (d["search_space"].update(
+        dropout={"type": "uniform", "low": 0.0, "high": 0.3}),
+        d["write_back"].update(dropout="notes.tags")), "write_back.dropout",
+        "is a list (['a', 'b'])"),
+    "numbers YAML read as text": (lambda d: d["search_space"].update(
+        lr={"type": "categorical", "choices": ["1e-3", "1e-4"]}), "search_space.lr",
+        "write the numbers with a dot"),
     "log bound <= 0": (lambda d: d["search_space"].update(
         lr={"type": "loguniform", "low": 0.0, "high": 1.0}), "search_space.lr.low",
         "greater than 0"),
@@ -169,6 +203,30 @@ def test_sweep_file_not_a_mapping(linreg_dir, capsys, monkeypatch):
 def test_missing_file(linreg_dir, capsys, monkeypatch):
     code, err = _run_cli(linreg_dir, linreg_dir / "nope.yaml", capsys, monkeypatch)
     assert code == 2 and "no sweep file" in err
+
+
+def test_a_folder_given_as_the_sweep_file_names_the_yaml_files_in_it(linreg_dir, capsys,
+                                                                     monkeypatch):
+    code, err = _run_cli_argv(linreg_dir, ["validate", "."], capsys, monkeypatch)
+    assert code == 2
+    assert "error: FILE: . is a folder, not a sweep file" in err
+    assert "give the sweep YAML file in it:" in err and "linreg.yaml" in err
+
+
+def test_kinds_that_may_differ_from_the_base_config_stay_valid(linreg_dir):
+    """A float knob over an int value, text over a null value, numbers over text, and
+    true/false beside other numbers than 1 and 0 in one knob's choices."""
+    from sweeps.spec.loader import load_sweep
+
+    edit_linreg(linreg_dir, train={"fail": None, "mode": "fast"},
+                search_space={"n_steps": {"type": "uniform", "low": 10.0, "high": 60.0},
+                              "fail": {"type": "categorical", "choices": ["none", "nan"]},
+                              "mode": {"type": "int", "low": 0, "high": 4, "step": 2},
+                              "flag": {"type": "categorical", "choices": [True, False, 2]}},
+                write_back={"n_steps": "train.steps", "fail": "train.fail",
+                            "mode": "train.mode", "flag": "train.flag"}, new_keys=True)
+    sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir, import_trainer=False)
+    assert set(sweep.space) >= {"n_steps", "fail", "mode", "flag"}
 
 
 def test_validate_accepts_the_good_file(linreg_dir, capsys, monkeypatch):

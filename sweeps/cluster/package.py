@@ -71,7 +71,9 @@ def relative_sweep_path(file: str, project: Path, workdir: Path) -> PurePosixPat
     a relative ``file`` starts at ``workdir``."""
     path = workdir / Path(file).expanduser()
     if not path.is_file():
-        raise SpecError("FILE", f"no sweep file at {path}", "give the path of a sweep YAML file")
+        from sweeps.spec.loader import no_sweep_file
+
+        raise no_sweep_file(path, path)
     try:
         rel = path.resolve().relative_to(project)
     except ValueError:

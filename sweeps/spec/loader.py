@@ -54,6 +54,7 @@ from sweeps.spec.space import (
     off_space,
 )
 from sweeps.spec.trainer_loader import load_trainer, search_paths
+from sweeps.terminal import shell_word
 from sweeps.trial.compile import COMPILE_MODES
 
 RESERVED_KEY = "sweep"
@@ -478,6 +479,25 @@ def read_json(path: Path, key: str) -> Any:
                         "keep one of them; with two, one would be ignored") from None
 
 
+def no_sweep_file(path: Path, given: Path | str) -> SpecError:
+    """The error for a sweep file ``given`` (at ``path``) that is no file: a folder is
+    named as one, with the YAML files in it when there are few."""
+    if not path.is_dir():
+        return SpecError("FILE", f"no sweep file at {given}",
+                         "give the path of a sweep YAML file")
+    found = sorted(p.name for p in path.iterdir()
+                   if p.suffix in (".yaml", ".yml") and p.is_file())
+    if not found:
+        fix = f"give the path of a sweep YAML file ({given} holds no .yaml file)"
+    elif len(found) <= 5:
+        shown = " or ".join(shell_word(Path(given) / name) for name in found)
+        fix = f"give the sweep YAML file in it: {shown}"
+    else:
+        fix = f"give the sweep YAML file in it ({len(found)} .yaml files there, e.g. " \
+            f"{shell_word(Path(given) / found[0])})"
+    return SpecError("FILE", f"{given} is a folder, not a sweep file", fix)
+
+
 def load_sweep(path: str | Path, *, workdir: Path, import_trainer: bool = True,
                output: str | None = None) -> Sweep:
     """Read and validate a sweep file; ``output`` overrides its ``output:`` folder.
@@ -487,7 +507,7 @@ def load_sweep(path: str | Path, *, workdir: Path, import_trainer: bool = True,
     given = Path(path).expanduser()
     path = workdir / given
     if not path.is_file():
-        raise SpecError("FILE", f"no sweep file at {given}", "give the path of a sweep YAML file")
+        raise no_sweep_file(path, given)
     data = read_yaml(path, "FILE")
     if output is not None and isinstance(data, dict):
         data = {**data, "output": output}
@@ -532,6 +552,7 @@ def load_sweep_dict(data: Any, *, base_dir: Path, workdir: Path,
         found = new_path_notes(write_back, config)
         if found and not spec.new_keys:
             raise _missing_path_error(write_back, config, variant)
+        _check_value_kinds(write_back, space, config, variant)
         notes += [n for n in found if n not in notes]
     compile_knob = space.get("compile")
     if compile_knob is not None and not compile_knob.is_fixed() and not any(
@@ -637,6 +658,8 @@ def _base_config(value: str | dict[str, Any] | None, dirs: Dirs) -> dict[str, An
     if value is None:
         return {}
     data = value
+    if isinstance(value, str):
+        _check_config_format(value)
     if is_json_file(value):
         data = read_json(_resolve(str(value), dirs), "base_config")
     elif isinstance(value, str):
@@ -658,6 +681,24 @@ def _base_config(value: str | dict[str, Any] | None, dirs: Dirs) -> dict[str, An
                         "trainer receives trial_id, seed, max_steps, device and gpu_ids there",
                         f"rename the '{RESERVED_KEY}' section of the base config")
     return dict(data)
+
+
+#: File suffixes of config formats a base config may not be in (it is read as YAML or
+#: JSON, and the handed-over configs are written in its format).
+OTHER_FORMATS = {".toml": "TOML", ".ini": "INI", ".cfg": "INI", ".py": "Python",
+                 ".xml": "XML", ".json5": "JSON5", ".jsonc": "JSON with comments"}
+
+
+def _check_config_format(value: str) -> None:
+    """A ``base_config`` file named as another format than YAML or JSON is a SpecError
+    (read as YAML, a TOML file failed as "not valid YAML")."""
+    fmt = OTHER_FORMATS.get(Path(value).suffix.lower())
+    if fmt is not None:
+        raise SpecError("base_config", f"{value} is a {fmt} file: the base config must be "
+                        "YAML or JSON (sweeps reads it as such and hands over the tuned "
+                        "configs in its format)", "convert it and save it as .yaml or .json "
+                        f"(e.g. {Path(value).with_suffix('.yaml').as_posix()}), then point "
+                        "base_config at that file")
 
 
 def _hydra_primary(spec: SweepFile, dirs: Dirs) -> tuple[Path, dict[str, Any]] | None:
@@ -754,8 +795,12 @@ def _knobs(raw: dict[Any, Any], root: str) -> tuple[dict[str, _Knob], bool]:
     for name, entry in raw.items():
         key = f"{root}.{name}"
         if not isinstance(name, str) or not _KNOB.fullmatch(name):
-            raise SpecError(key, "knob names must be identifiers",
-                            "use letters, digits and '_' (e.g. batch_size)")
+            raise SpecError(key, "a knob name is an identifier of ASCII letters, digits "
+                            "and '_', not starting with a digit (it is also a column of "
+                            "trials.csv and an MLflow param name, and MLflow refuses some "
+                            "characters a Python identifier may hold)",
+                            "rename it, e.g. batch_size; write_back maps it to any key of "
+                            "your config")
         if name == STEPS_KNOB:
             raise SpecError(key, "the step count is the budget, not a knob: every trial runs "
                             "budget.max_steps (write_back.max_steps says where your config "
@@ -852,6 +897,90 @@ def _missing_path_error(write_back: dict[str, str], base_config: dict[str, Any],
                      "see the sampled value",
                      f"{hint}rite the path your trainer reads, add the key to the base "
                      "config, or set 'new_keys: true' in the sweep file to add it")
+
+
+def _kind(value: Any) -> str | None:
+    """What a config value is, in words (None for null)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, Mapping):
+        return "a section"
+    return "a list" if isinstance(value, list) else a_type(value)
+
+
+def _knob_values(knob: _Knob) -> list[Any]:
+    """The values a knob writes (its bounds for a range), nulls left out."""
+    if isinstance(knob, Categorical):
+        values = list(knob.choices)
+    elif isinstance(knob, Fixed):
+        values = [knob.value]
+    else:
+        values = [knob.low, knob.high]  # type: ignore[attr-defined]
+    return [v for v in values if v is not None]
+
+
+def _kinds_clash(base: str, knob: set[str]) -> bool:
+    """Whether knob values of these kinds cannot be meant for a base value of kind
+    ``base``: no number (nor true/false) over a number, nothing but a section or a list
+    over one. Numbers over text, text over true/false and int over float stay allowed."""
+    if not knob:
+        return False
+    if base == "a number":
+        return not knob & {"a number", "true/false"}
+    if base in ("a section", "a list"):
+        return base not in knob
+    return False
+
+
+def _check_value_kinds(write_back: dict[str, str], space: dict[str, _Knob],
+                       config: dict[str, Any], variant: str = "") -> None:
+    """A knob whose every value is of another kind than the base config's value at its
+    path (text choices over a number, numbers over a section or list) is a SpecError:
+    it is the wrong path, and the trainer would crash (or silently misread) on it."""
+    leaves = leaf_paths(config)
+    for knob, path in write_back.items():
+        if knob not in space:
+            continue
+        base = get_path(config, path, None)
+        base_kind = _kind(base)
+        values = _knob_values(space[knob])
+        kinds = {k for k in map(_kind, values) if k is not None}
+        if base_kind is None or base == HYDRA_MISSING or not _kinds_clash(base_kind, kinds):
+            continue
+        where = f"the base config composed with {variant}" if variant else "the base config"
+        shown_base = f"({', '.join(base)})" if isinstance(base, Mapping) else f"({base!r})"
+        shown = ", ".join(repr(v) for v in values[:4]) + (", ..." if len(values) > 4 else "")
+        kind = " and ".join(sorted("numbers" if k == "a number" else k for k in kinds))
+        section = path.rsplit(".", 1)[0] + "." if "." in path else ""
+        near = [p for p in leaves if p != path and p.startswith(section) and
+                "." not in p[len(section):] and _kind(get_path(config, p, None)) in kinds]
+        if kinds == {"text"} and all(_float_text(v) for v in values):
+            raise SpecError(f"search_space.{knob}", f"its values are text ({shown}), not "
+                            f"numbers like {path} in {where} ({base!r}): YAML reads a "
+                            "number such as 1e-3 without a dot as text",
+                            "write the numbers with a dot and a signed exponent (1.0e-3), "
+                            "or as decimals (0.001)")
+        fix = f"point write_back.{knob} at the key that holds that setting"
+        fix += f" (e.g. {', '.join(near[:3])})" if near else ""
+        raise SpecError(f"write_back.{knob}", f"{path} in {where} is {base_kind} "
+                        f"{shown_base}, but the knob's values are {kind} ({shown}): the path "
+                        "is most likely not the setting the knob is meant for, and the "
+                        f"trainer would get {kind} where it reads {base_kind}", fix)
+
+
+def _float_text(value: Any) -> bool:
+    """Whether ``value`` is text that reads as a number (``"1e-3"``)."""
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return isinstance(value, str)
 
 
 def _check_initial_points(points: list[dict[str, Any]], space: dict[str, _Knob]) -> None:
@@ -956,6 +1085,9 @@ def _spec_error(exc: ValidationError, root: str, model: Any) -> SpecError:
     errors = exc.errors(include_url=False)
     err = _misspelt(errors) or errors[0]
     loc = [str(p) for p in err["loc"] if not (isinstance(p, str) and p in KNOB_TYPES)]
+    at = (err.get("ctx") or {}).get("at")  # a model's check naming one of its keys
+    if at:
+        loc.append(str(at))
     key = ".".join([root, *loc] if root else loc) or root or "(top level)"
     etype, msg = err["type"], err["msg"]
     if etype == "extra_forbidden":
@@ -964,6 +1096,9 @@ def _spec_error(exc: ValidationError, root: str, model: Any) -> SpecError:
         fix = f"did you mean '{near[0]}'?" if near else "remove it."
         if known:
             fix += f" Known keys here: {', '.join(known)}"
+        if loc[-1] == "step" and model in (Uniform, LogUniform):
+            fix = ("a float knob takes no step: search it continuously, or list its grid as "
+                   "{type: categorical, choices: [...]} (an int knob takes a step)")
         return SpecError(key, "unknown key", fix)
     if etype == "missing":
         return SpecError(key, "missing", "add it (see docs/sweep-file.md)")

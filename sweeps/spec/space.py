@@ -24,6 +24,25 @@ def _check_order(low: float, high: float) -> None:
                                    "fix": f"swap them: low: {high}, high: {low}"})
 
 
+def _step_fits(low: int, high: int, step: int) -> None:
+    """``high - low`` a multiple of ``step``, else an error naming ``step`` (its ``at``):
+    Optuna would cut the range to the last step below ``high`` (0..60 by 1000 becomes
+    0..0, 0..60 by 7 becomes 0..56) with only a warning."""
+    span = high - low
+    if span % step == 0:
+        return
+    cut = low + span // step * step
+    what = f"every trial would get {low}" if cut == low else \
+        f"Optuna would cut the range to {low}..{cut}"
+    divisor = max(d for d in range(1, min(step, span + 1)) if span % d == 0)
+    highs = f"high: {low + step}" if cut == low else f"high: {cut} or {cut + step}"
+    raise PydanticCustomError(
+        "step_fit", "step {step} does not fit the range {low}..{high} (high - low = {span} "
+        "is no multiple of {step}): {what}",
+        {"step": step, "low": low, "high": high, "span": span, "what": what, "at": "step",
+         "fix": f"make high - low a multiple of step, e.g. {highs}, or step: {divisor}"})
+
+
 def _no_bool(value: Any) -> Any:
     """A bound given as true/false is a slip, not 1/0 (pydantic would take it as one)."""
     if isinstance(value, bool):
@@ -102,6 +121,7 @@ class IntRange(_Knob):
             raise ValueError("a log-scale int range needs low >= 1")
         if self.log and self.step != 1:
             raise ValueError("a log-scale int range takes no step")
+        _step_fits(self.low, self.high, self.step)
         return self
 
     def distribution(self) -> optuna.distributions.BaseDistribution:
@@ -121,11 +141,24 @@ class Categorical(_Knob):
     def _once_each(self) -> Categorical:
         seen: list[Any] = []
         for choice in self.choices:
-            if any(choice == s and type(choice) is type(s) for s in seen):
+            same = next((s for s in seen if _one_value(choice, s)), _NONE)
+            if same is not _NONE:
+                also = "" if type(same) is type(choice) else \
+                    f" ({same!r} and {choice!r} are one number)"
                 raise PydanticCustomError(
-                    "choice_twice", "{choice} is listed twice",
-                    {"choice": choice, "fix": "list each choice once (a choice listed twice "
-                     "is sampled twice as often)"})
+                    "choice_twice", "{choice} is listed twice{also}",
+                    {"choice": choice, "also": also, "fix": "list each choice once (a choice "
+                     "listed twice is sampled twice as often)"})
+            first = next((s for s in seen if _flag_and_number(choice, s)), _NONE)
+            if first is not _NONE:
+                raise PydanticCustomError(
+                    "choice_bool_number", "{first} and {later} are different choices, but "
+                    "Optuna records a sampled choice as the first one equal to it, and "
+                    "{later} equals {first}: trials that ran {later} would be recorded and "
+                    "modelled as {first}",
+                    {"first": _shown(first), "later": _shown(choice), "fix": "use true/false "
+                     "or numbers, not both (e.g. choices: [0, 1] or [false, true]), or name "
+                     "the choices with strings and map them in your trainer"})
             seen.append(choice)
         return self
 
@@ -136,6 +169,32 @@ class Categorical(_Knob):
 
     def is_fixed(self) -> bool:
         return len(self.choices) == 1
+
+
+_NONE = object()
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _one_value(a: Any, b: Any) -> bool:
+    """Whether two choices are one value: equal numbers (``1`` and ``1.0``), or equal
+    values of one type (``true`` is not the number 1; ``"1"`` is not 1)."""
+    if _is_number(a) and _is_number(b):
+        return bool(a == b)
+    return type(a) is type(b) and bool(a == b)
+
+
+def _shown(value: Any) -> str:
+    """A choice as the sweep file writes it (``true``, not ``True``)."""
+    return str(value).lower() if isinstance(value, bool) else repr(value)
+
+
+def _flag_and_number(a: Any, b: Any) -> bool:
+    """A boolean and a number equal to it (``true`` and ``1``, ``false`` and ``0.0``)."""
+    return (isinstance(a, bool) and _is_number(b) or isinstance(b, bool) and _is_number(a)) \
+        and bool(a == b)
 
 
 class Fixed(_Knob):

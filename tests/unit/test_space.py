@@ -36,6 +36,10 @@ def test_entries_pick_their_knob_type() -> None:
     ({"type": "int", "low": 1, "high": 8, "log": True, "step": 2}, "takes no step"),
     ({"type": "int", "low": 1, "high": 8, "step": 0}, "greater than or equal to 1"),
     ({"type": "categorical", "choices": []}, "at least 1 item"),
+    ({"type": "categorical", "choices": [0, 1.0, 1]}, "1 is listed twice"),
+    ({"type": "categorical", "choices": [False, 0.0]}, "trials that ran 0.0 would be"),
+    ({"type": "int", "low": 0, "high": 60, "step": 7}, "cut the range to 0..56"),
+    ({"type": "int", "low": 5, "high": 12, "step": 10}, "every trial would get 5"),
     ({"type": "uniform", "low": 0, "high": 1, "log": True}, "Extra inputs"),
     ({"type": "normal", "low": 0, "high": 1}, "does not match any of the expected tags"),
 ])
