@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -41,13 +42,14 @@ def _wait_for_finished(driver: subprocess.Popen, out: Path, count: int) -> None:
         time.sleep(0.2)
 
 
-def test_driver_killed_mid_sweep_resumes_without_losing_trials(linreg_dir, monkeypatch):
+def test_driver_killed_mid_sweep_resumes_without_losing_trials(linreg_dir, monkeypatch,
+                                                                capsys):
     edit_linreg(linreg_dir, name="resumable",
                 budget={"trials": 10, "max_steps": 60, "concurrent": 2, "scheduler": "none"},
                 search_space={"lr": {"type": "loguniform", "low": 1e-3, "high": 0.5}},
                 train={"sleep": 0.02})  # ~1.2 s per trial, so the kill lands mid-sweep
     out = linreg_dir / "results" / "resumable"
-    driver = subprocess.Popen([sys.executable, "-m", "sweeps", "run", "linreg.yaml", "--quiet"],
+    driver = subprocess.Popen([sys.executable, "-m", "sweeps", "run", "linreg.yaml"],
                               cwd=linreg_dir, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
     try:
@@ -76,8 +78,11 @@ def test_driver_killed_mid_sweep_resumes_without_losing_trials(linreg_dir, monke
     refused = subprocess.run([sys.executable, "-m", "sweeps", "resume", str(out), "--quiet"],
                              cwd=linreg_dir, capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "--project PATH" in refused.stderr, refused.stderr
+    capsys.readouterr()
     assert main(["resume", str(out), "--quiet", "--project", str(project)]) == 0
     assert not original.exists(), "nothing is written where the folder used to be"
+    # Ray Tune gives back the progress lines the run was started with: muted by --quiet
+    assert not re.search(r"^\[\d+/10\]", capsys.readouterr().err, re.MULTILINE)
 
     trials = read_results_csv(out / "trials.csv")
     search = trials[trials["role"] == "search"]

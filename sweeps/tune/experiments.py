@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 from typing import Any
 
 from ray import tune
@@ -61,8 +62,7 @@ def run_search(sweep: Sweep, book: TrialBook, *, progress: bool = True,
     budget = sweep.spec.budget
     path = sweep.output_dir / "ray"
     if resume and tune.Tuner.can_restore(str(path)):
-        tune.Tuner.restore(str(path), _trainable(sweep), resume_unfinished=True,
-                           resume_errored=True).fit()
+        _restored(path, sweep, progress)
         return
     searcher = StabilityAwareSearch(sweep, book, storage=study_storage(sweep))
     tuner = tune.Tuner(
@@ -85,8 +85,7 @@ def run_configs(sweep: Sweep, book: TrialBook, configs: list[dict[str, Any]], na
         return
     path = sweep.output_dir / name
     if resume and tune.Tuner.can_restore(str(path)):
-        tune.Tuner.restore(str(path), _trainable(sweep), resume_unfinished=True,
-                           resume_errored=True).fit()
+        _restored(path, sweep, progress)
         return
     tuner = tune.Tuner(
         _trainable(sweep),
@@ -96,6 +95,17 @@ def run_configs(sweep: Sweep, book: TrialBook, configs: list[dict[str, Any]], na
             scheduler=WatchedFIFO(book, sweep.spec.budget.hang_timeout)),
         run_config=_run_config(sweep, name, book, len(configs), progress, stage))
     tuner.fit()
+
+
+def _restored(path: Path, sweep: Sweep, progress: bool) -> None:
+    """Continue the Ray Tune experiment saved at ``path``; its callbacks come back with
+    it, so without ``progress`` its progress lines are muted."""
+    ProgressLines.muted = not progress
+    try:
+        tune.Tuner.restore(str(path), _trainable(sweep), resume_unfinished=True,
+                           resume_errored=True).fit()
+    finally:
+        ProgressLines.muted = False
 
 
 class FixedRuns(Searcher):

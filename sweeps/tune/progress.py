@@ -27,7 +27,13 @@ from sweeps.terminal import console as make_console
 
 
 class ProgressLines(Callback):
-    """Ray Tune callback that shows the sweep's progress (see the module docstring)."""
+    """Ray Tune callback that shows the sweep's progress (see the module docstring).
+
+    ``muted`` (class-wide) silences it: a resumed run gets back the callbacks the run it
+    continues was started with, and ``sweeps resume --quiet`` must still print nothing.
+    """
+
+    muted = False
 
     def __init__(self, book: TrialBook, total: int | None, console: Console | None = None,
                  live: bool | None = None, stage: str | None = None) -> None:
@@ -81,7 +87,7 @@ class ProgressLines(Callback):
     # -- Ray Tune hooks
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
         self.running = sum(1 for t in trials if t.status == "RUNNING")
-        if self._use_live() and time.monotonic() - self._last_draw > 0.5:
+        if not self.muted and self._use_live() and time.monotonic() - self._last_draw > 0.5:
             self._draw()
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict,
@@ -120,8 +126,8 @@ class ProgressLines(Callback):
         rec = self.book.trials.get(trial.trial_id)
         if rec is None or not rec.finished:  # closed by TrialEvents, called before this
             return
-        if trial.trial_id in self._seen:  # counted already (finished before a resume)
-            return
+        if trial.trial_id in self._seen or self.muted:  # counted already (finished before
+            return                                       # a resume), or quiet
         if self.stage is None and rec.role != SEARCH:  # a re-run of the race
             self.console.print(f"    race {rec.role} seed {rec.seed}: " + self.line(rec, False))
             return
