@@ -296,6 +296,31 @@ def test_a_base_config_off_the_search_space_runs_on_the_fresh_seeds_within_the_b
 
 
 @pytest.mark.slow
+def test_an_exact_tie_hands_over_the_base_config_and_a_resume_keeps_the_order(
+        linreg_dir, ray_session, capsys):
+    """A knob the trainer never reads: every config trains the same, to the last digit.
+    Nothing beat the base config, so it is rank 1, and a resume that runs nothing does
+    not re-rank the tie (it changed what `sweeps best` printed)."""
+    edit_linreg(linreg_dir, name="tied",
+                search_space={"lr": 0.1, "owner": {"type": "categorical",
+                                        "choices": ["someone", "b", "c", "d"]}},
+                write_back={"owner": "notes.owner"},
+                objectives=[{"metric": "val_loss", "mode": "min"}],
+                budget={"trials": 4, "max_steps": 20, "concurrent": 2, "scheduler": "none"},
+                confirm={"seeds": 1, "lr_probe": 0, "keep": 4})
+    assert run_cli_in(linreg_dir, "run", "linreg.yaml", "--no-preflight") == 0
+    assert "your base config held and nothing beat it" in capsys.readouterr().out
+    out = linreg_dir / "results" / "tied"
+    pareto = read_results_csv(out / "pareto.csv")
+    assert pareto["val_loss_mean"].nunique() == 1 and len(pareto) >= 2, "an exact tie"
+    first = pareto.sort_values("rank")["trial_id"].tolist()
+    assert pareto.query("rank == 1").iloc[0]["owner"] == "someone"
+    assert run_cli_in(linreg_dir, "resume", str(out), "--quiet") == 0
+    again = read_results_csv(out / "pareto.csv").sort_values("rank")["trial_id"].tolist()
+    assert again == first
+
+
+@pytest.mark.slow
 def test_a_base_config_off_the_search_space_that_beats_the_search_is_handed_over(
         linreg_dir, ray_session, capsys):
     """The base config's lr (0.3) lies above a search space of slow LRs: it ran on the

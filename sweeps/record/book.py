@@ -9,6 +9,7 @@ tracking data.
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -187,7 +188,10 @@ class TrialBook:
         return (_reopen_book, (self.sweep, self.folder))
 
     def load(self) -> None:
-        """Read the trials of an earlier run of this sweep back from the journal."""
+        """Read the trials of an earlier run of this sweep back from the journal, in the
+        order they started (as the run that wrote them held them: the first search trial
+        with the base config's values is the base config's, and a tie is ranked the same)."""
+        loaded: list[tuple[float, str, TrialRecord]] = []
         for trial_id, events in self.journal.read().items():
             rec = None
             for line, (kind, payload) in enumerate(events, start=1):  # one event per line
@@ -198,7 +202,11 @@ class TrialBook:
                                          f"the {kind!r} event does not hold what sweeps "
                                          f"wrote ({type(exc).__name__}: {exc})") from None
             if rec is not None:
-                self.trials[trial_id] = rec
+                started = events[0][1].get("started") if events[0][0] == "trial" else None
+                loaded.append((float(started) if isinstance(started, (int, float))
+                               else math.inf, trial_id, rec))
+        for _, trial_id, rec in sorted(loaded, key=lambda t: t[:2]):
+            self.trials[trial_id] = rec
 
     def set_aside_unfinished(self) -> list[str]:
         """Forget trials that were running when the driver died (their journal is kept as
@@ -225,7 +233,8 @@ class TrialBook:
             self.trials[trial_id] = rec
             self.journal.write(trial_id, "trial", {"values": rec.values, "seed": rec.seed,
                                                    "role": rec.role, "lr_scale": rec.lr_scale,
-                                                   "flat_patience": rec.flat_patience})
+                                                   "flat_patience": rec.flat_patience,
+                                                   "started": round(time.time(), 6)})
             self._carry_set_aside(rec)
         return rec
 

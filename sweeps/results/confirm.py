@@ -828,8 +828,9 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
     mark_poor(judged, ref, base_id, trades)
     if not any(c.holds for c in judged) and judged:
         notes.append(_unsettled_note(sweep, book, judged))
+    # an exact tie: your base config first (nothing beat it), then an order a resume keeps
     holding = sorted(pair_on_shared_seeds([c for c in judged if c.holds]),
-                     key=Confirmation.rank_key)
+                     key=lambda c: (*c.rank_key(), c.trial_id != base_id, c.trial_id))
     return Selection(holding + [c for c in judged if not c.holds], ref,
                      steps_by_kind(book, base_id), notes, base_id)
 
