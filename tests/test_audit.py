@@ -270,7 +270,8 @@ def test_judge_outcomes(vals, status, outcome, why):
 
 
 @pytest.mark.parametrize(("loss", "acc", "baseline", "outcome", "why"), [
-    (0.50, 0.6328, 1 / 3, "poor", "15% worse than the best 0.6836"),  # of the gain over 1/3
+    (0.50, 0.6328, 1 / 3, "poor", "15% worse than the best 0.6836 (a share of its "
+     "improvement over the random guess 0.3333)"),
     (0.50, 0.66, 1 / 3, "recovered", "within"),
     (1.09, 0.34, 1 / 3, "failed",
      "ended at eval_accuracy 0.34, no better than the random-guess 0.3333"),

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from sweeps.errors import SpecError
 from sweeps.protocol import CRASH, OK, PRUNED, SEARCH, UNSTABLE
-from sweeps.record.objectives import metric_value, quality_gap, series
+from sweeps.record.objectives import gap_scale, metric_value, quality_gap, series
 from sweeps.rules._history import newest_finite
 from sweeps.rules.settings import RuleSettings
 from sweeps.state import saved_sweep
@@ -292,11 +292,21 @@ def judge(run: Rerun, metric: str, mode: str, best: float | None,
         run.outcome, run.why = "poor", "no reference quality to compare with"
     elif run.gap <= margin:
         run.outcome = "recovered"
-        run.why = f"{metric} {run.quality:.4g} within {margin:.0%} of the best {best:.4g}"
+        run.why = (f"{metric} {run.quality:.4g} within {margin:.0%} of the best {best:.4g}"
+                   f"{_of_what(best, mode, baseline)}")
     else:
         run.outcome = "poor"
-        run.why = f"{metric} {run.quality:.4g} is {run.gap:.0%} worse than the best {best:.4g}"
+        run.why = (f"{metric} {run.quality:.4g} is {run.gap:.0%} worse than the best "
+                   f"{best:.4g}{_of_what(best, mode, baseline)}")
     return run
+
+
+def _of_what(best: float, mode: str, baseline: float | None) -> str:
+    """What a quality gap is a share of, when it is the best's improvement over the random
+    guess (:func:`sweeps.record.objectives.gap_scale`)."""
+    if baseline is None or abs(baseline - best) != gap_scale(best, mode, baseline):
+        return ""
+    return f" (a share of its improvement over the random guess {baseline:.4g})"
 
 
 def held_until(run: Rerun, settings: RuleSettings) -> int | None:
