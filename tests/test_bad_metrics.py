@@ -95,7 +95,7 @@ def test_a_trainer_that_exits_is_a_crash_with_its_exit_code(linreg_dir, fail):
 
 
 @pytest.mark.slow
-def test_exits_and_dead_workers_in_a_real_sweep(linreg_dir):
+def test_exits_and_dead_workers_in_a_real_sweep(linreg_dir, capfd):
     """A trainer exit is one crash, not retried; a killed worker says which process died
     and where Ray's error file is."""
     edit_linreg(linreg_dir, train={"fail": "named_exit"},  # `from os import _exit`
@@ -111,7 +111,10 @@ def test_exits_and_dead_workers_in_a_real_sweep(linreg_dir):
 
     edit_linreg(linreg_dir, train={"fail": "sigkill"}, name="killed",
                 budget={"trials": 1, "concurrent": 1, "max_failures": 0})
+    capfd.readouterr()
     assert run_cli_in(linreg_dir, "run", "linreg.yaml", "--quiet") == 1
+    printed = "".join(capfd.readouterr())
+    assert "\x1b[" not in printed, "no escape codes (Ray's own lines on a dead worker)"
     trials = read_results_csv(linreg_dir / "results" / "killed" / "trials.csv")
     assert trials["status"].iloc[0] == "crash"
     evidence = json.loads(trials["evidence"].iloc[0])

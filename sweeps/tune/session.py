@@ -68,6 +68,9 @@ TUNE_ENV = {
     # save the experiment state at least every 2 s (Ray's default is 10 s or more), so a
     # driver killed mid-sweep re-runs as little as possible on `sweeps resume`
     "TUNE_GLOBAL_CHECKPOINT_S": "2",
+    # Ray's own "(raylet) A worker died …" lines reach the console and logs: without the
+    # escape codes it wraps its prefix in (a log file kept them as ^[[33m)
+    "RAY_COLOR_PREFIX": "0",
 }
 
 #: The last place the private folder may go.
