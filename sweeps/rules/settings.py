@@ -99,7 +99,7 @@ class RuleSettings(BaseModel):
         None,
         description="The quality objective's metric when the sweep file declares its "
         "`baseline` (sweeps.trial.run fills it with quality_mode and quality_baseline): "
-        "flat_at_baseline does not fire while its newest value is better than that "
+        "flat_at_baseline does not fire while the mean of its newest 3 values is better than that "
         "baseline by more than flat_tolerance x |baseline| (the model learns though its "
         "loss sits at the random guess).",
     )
