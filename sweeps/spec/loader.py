@@ -552,7 +552,7 @@ def load_sweep_dict(data: Any, *, base_dir: Path, workdir: Path,
         found = new_path_notes(write_back, config)
         if found and not spec.new_keys:
             raise _missing_path_error(write_back, config, variant)
-        _check_value_kinds(write_back, space, config, variant)
+        found += _value_kind_notes(write_back, space, config, variant)
         notes += [n for n in found if n not in notes]
     compile_knob = space.get("compile")
     if compile_knob is not None and not compile_knob.is_fixed() and not any(
@@ -938,11 +938,14 @@ def _kinds_clash(base: str, knob: set[str]) -> bool:
     return False
 
 
-def _check_value_kinds(write_back: dict[str, str], space: dict[str, _Knob],
-                       config: dict[str, Any], variant: str = "") -> None:
-    """A knob whose every value is of another kind than the base config's value at its
-    path (text choices over a number, numbers over a section or list) is a SpecError:
-    it is the wrong path, and the trainer would crash (or silently misread) on it."""
+def _value_kind_notes(write_back: dict[str, str], space: dict[str, _Knob],
+                      config: dict[str, Any], variant: str = "") -> list[str]:
+    """Notes on knobs whose every value is text where the base config has a number: most
+    likely the wrong path, and the trainer would crash on it, but a setting may take both
+    (Lightning's ``precision: 32`` or ``"16-mixed"``, a ``compile: 0`` read as off), so a
+    note, not an error. A SpecError for text that reads as a number (``1e-3``: YAML's
+    reading, not the user's meaning), and for scalars over a section or a list."""
+    notes: list[str] = []
     leaves = leaf_paths(config)
     for knob, path in write_back.items():
         if knob not in space:
@@ -966,12 +969,18 @@ def _check_value_kinds(write_back: dict[str, str], space: dict[str, _Knob],
                             "number such as 1e-3 without a dot as text",
                             "write the numbers with a dot and a signed exponent (1.0e-3), "
                             "or as decimals (0.001)")
-        fix = f"point write_back.{knob} at the key that holds that setting"
-        fix += f" (e.g. {', '.join(near[:3])})" if near else ""
-        raise SpecError(f"write_back.{knob}", f"{path} in {where} is {base_kind} "
-                        f"{shown_base}, but the knob's values are {kind} ({shown}): the path "
-                        "is most likely not the setting the knob is meant for, and the "
-                        f"trainer would get {kind} where it reads {base_kind}", fix)
+        hint = f" (e.g. {', '.join(near[:3])})" if near else ""
+        if base_kind in ("a section", "a list"):  # a scalar where the trainer reads many
+            raise SpecError(f"write_back.{knob}", f"{path} in {where} is {base_kind} "
+                            f"{shown_base}, but the knob's values are {kind} ({shown}): the "
+                            "path is most likely not the setting the knob is meant for",
+                            f"point write_back.{knob} at the key that holds that "
+                            f"setting{hint}")
+        notes.append(f"write_back.{knob}: {path} in {where} is {base_kind} {shown_base}, "
+                     f"but the knob's values are {kind} ({shown}): if the trainer reads "
+                     f"{base_kind} there, point write_back.{knob} at the key that holds "
+                     f"that setting{hint} (`sweeps try` shows what it makes of it)")
+    return notes
 
 
 def _float_text(value: Any) -> bool:
