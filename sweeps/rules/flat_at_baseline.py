@@ -173,12 +173,7 @@ def quality_learnt(history: Sequence[Mapping[str, Any]], settings: RuleSettings)
     metric, guess = settings.quality_metric, settings.quality_baseline
     if metric is None or guess is None:
         return False
-    newest: list[float] = []
-    for report in reversed(history):
-        if (v := finite_num(report, metric)) is not None:
-            newest.append(v)
-            if len(newest) == QUALITY_SMOOTHING:
-                break
+    newest = newest_finite(history, metric, 0, QUALITY_SMOOTHING)
     if not newest:
         return False
     value = sum(newest) / len(newest)

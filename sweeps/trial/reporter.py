@@ -67,19 +67,14 @@ def _number(value: Any) -> Any:
             return str(value)
     if isinstance(value, bool):
         return int(value)
-    if isinstance(value, int):
-        try:
-            float(value)
-        except OverflowError:
-            return math.inf if value > 0 else -math.inf
-        return value
     if isinstance(value, (float, str)) or value is None:
         return value
-    if isinstance(value, numbers.Real):
+    if isinstance(value, numbers.Real):  # an int, a Fraction, ...
         try:
-            return float(value)
+            as_float = float(value)
         except OverflowError:
             return math.inf if value > 0 else -math.inf
+        return value if isinstance(value, int) else as_float
     return str(value)
 
 
