@@ -25,6 +25,7 @@ from pydantic import (
     ValidationInfo,
     field_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from sweeps.errors import SpecError, a_type
 from sweeps.protocol import RAY_JOB_ENV, SUBMITTED_FROM_ENV
@@ -131,8 +132,10 @@ class Budget(_Strict):
     def _one_trial_fits(cls, total: int | None, info: ValidationInfo) -> int | None:
         most = info.data.get("max_steps")
         if total is not None and most is not None and total < most:
-            raise ValueError(f"{total} is less than one trial's max_steps ({most}); "
-                             "raise total_steps or lower max_steps")
+            raise PydanticCustomError(
+                "budget_fit", "{total} is less than one trial's max_steps ({most})",
+                {"total": total, "most": most,
+                 "fix": f"total_steps: {most * 8} (8 trials), or max_steps: {total}"})
         return total
 
     @field_validator("grace_steps")
@@ -140,9 +143,11 @@ class Budget(_Strict):
     def _grace_below_max(cls, grace: int | None, info: ValidationInfo) -> int | None:
         most = info.data.get("max_steps")
         if grace is not None and most is not None and grace >= most:
-            raise ValueError(f"{grace} leaves ASHA no rung before a trial's max_steps "
-                             f"({most}); set grace_steps below max_steps, or scheduler: "
-                             "none to stop no trial for poor quality")
+            raise PydanticCustomError(
+                "grace_fit", "{grace} leaves ASHA no rung before a trial's max_steps ({most})",
+                {"grace": grace, "most": most,
+                 "fix": f"grace_steps: {max(1, most // 2)} (or any below {most}), or "
+                        "scheduler: none to stop no trial for poor quality"})
         return grace
 
     @property
