@@ -305,6 +305,22 @@ def test_a_grid_over_grad_clip_recommends_a_clip_it_tested():
     assert stability.recommend_clip(rows, 0.01, quality)[0] < 0.1, "norms: a clip never run"
 
 
+def test_clips_that_tie_exactly_recommend_the_smallest_that_clips():
+    """No clip engaged (grad norms 0.01), so 0, 0.5 and 5 ran identically: the grid says
+    nothing against clipping, and the smallest clip tested guards against a spike."""
+    def cell(clip: float) -> stability.Cell:
+        history = [{"step": k, "loss": 1.0 / k, "val_loss": 0.2, "grad_norm": 0.01}
+                   for k in range(1, 41)]
+        return stability.Cell((0.01, clip), [TrialRecord(
+            trial_id=f"{clip}", values={"lr": 0.01, "grad_clip": clip}, seed=0,
+            status="ok", history=history)])
+
+    quality = stability.Quality("val_loss", "min", 1.0)
+    clip, why = stability.recommend_clip([cell(0.0), cell(5.0), cell(0.5)], 0.01, quality,
+                                         clip_is_second=True)
+    assert clip == 0.5 and "tie exactly" in why
+
+
 def test_a_new_grid_keeps_the_previous_grids_files(tmp_path):
     """A second ``sweeps stability`` moved nothing aside: the first grid's table was gone."""
     from sweeps.commands.stability import keep_previous_grid

@@ -290,12 +290,22 @@ def recommend_clip(rows: list[Cell], at: Any = None, quality: Quality | None = N
     median: of the runs at the first knob's value ``at`` (the one recommended: grad norms
     shrink as the LR grows, so the norms at another LR would clip too hard or never),
     else of every stable run. A grid whose second knob is grad_clip (``clip_is_second``)
-    tested the values: its best stable cell at ``at`` gives it."""
+    tested the values: its best stable cell at ``at`` gives it; when clips tie exactly
+    (none engaged), the smallest clip above 0 among them."""
     if clip_is_second and at is not None:
         tested = [c for c in rows if c.key[0] == at and c.verdict() == "stable"]
         best = best_quality(tested, quality) if quality else None
         if best is None and tested:
             best = tested[0]
+        tied = [c for c in tested if best is not None and quality is not None
+                and c.mean_quality(quality) == best.mean_quality(quality)]
+        guards = [c for c in tied if isinstance(c.key[1], (int, float)) and c.key[1] > 0]
+        if len(tied) > 1 and guards:  # clips that never engaged: the tightest guards spikes
+            tight = min(guards, key=lambda c: c.key[1])
+            return tight.key[1], (
+                f"the grid tested it: {', '.join(label((c.key[1],)) for c in tied)} tie "
+                f"exactly at {label((at,))} (no clip engaged); the smallest, at no cost "
+                "measured, guards against a spike")
         if best is not None:
             return best.key[1], (f"the grid tested it: {label(best.key)} is the best stable "
                                  f"cell at {label((at,))}")
