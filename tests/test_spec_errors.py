@@ -72,7 +72,7 @@ CASES = {
     "an int step past the range": (lambda d: (d["search_space"].update(
         warmup={"type": "int", "low": 0, "high": 60, "step": 1000}),
         d["write_back"].update(warmup="train.steps")), "search_space.warmup.step",
-        "every trial would get 0"),
+        "every trial would get 0.\n  fix: a step that divides high - low = 60, e.g. step: 15"),
     "a step on a float knob": (lambda d: d["search_space"].update(
         lr={"type": "uniform", "low": 0.0, "high": 1.0, "step": 0.3}),
         "search_space.lr.step", "a float knob takes no step"),

@@ -34,13 +34,18 @@ def _step_fits(low: int, high: int, step: int) -> None:
     cut = low + span // step * step
     what = f"every trial would get {low}" if cut == low else \
         f"Optuna would cut the range to {low}..{cut}"
-    divisor = max(d for d in range(1, min(step, span + 1)) if span % d == 0)
-    highs = f"high: {low + step}" if cut == low else f"high: {cut} or {cut + step}"
+    if cut == low:  # the step is past the range: a step giving at least 5 values
+        divisor = max(d for d in range(1, max(1, span // 4) + 1) if span % d == 0)
+        fix = f"a step that divides high - low = {span}, e.g. step: {divisor}"
+    else:
+        divisor = max(d for d in range(1, step) if span % d == 0)
+        fix = (f"make high - low a multiple of step, e.g. high: {cut} or {cut + step}, "
+               f"or step: {divisor}")
     raise PydanticCustomError(
         "step_fit", "step {step} does not fit the range {low}..{high} (high - low = {span} "
         "is no multiple of {step}): {what}",
         {"step": step, "low": low, "high": high, "span": span, "what": what, "at": "step",
-         "fix": f"make high - low a multiple of step, e.g. {highs}, or step: {divisor}"})
+         "fix": fix})
 
 
 def _no_bool(value: Any) -> Any:
