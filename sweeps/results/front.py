@@ -135,8 +135,11 @@ MIN_GAIN = 0.1
 def guess_floor(book: TrialBook, records: list[TrialRecord],
                 quality: Objective) -> float | None:
     """The signed quality (smaller is better) at or past which a trial learnt nothing: the
-    random guess plus :data:`MIN_GAIN` of the best ``ok`` trial's gain over it; None
-    without a quality baseline or a trial that beat it."""
+    edge of the random-guess band (``rules.flat_tolerance`` x |baseline| better than the
+    guess), or the guess plus :data:`MIN_GAIN` of the best ``ok`` trial's gain over it
+    when that asks more; None without a quality baseline. Until a trial has left the
+    band no trial is past the floor: a config at the random guess gets no fresh seed,
+    even when it is the only one that finished."""
     baseline = book.sweep.baseline_of(quality)
     if baseline is None:
         return None
@@ -144,7 +147,8 @@ def guess_floor(book: TrialBook, records: list[TrialRecord],
     values = [sign * v for r in records if r.status == OK
               for v in [objs.metric_value(r.history, quality.metric)]
               if v is not None and math.isfinite(v)]
-    best, guess = (min(values) if values else None), sign * baseline
-    if best is None or best >= guess:
-        return None
-    return guess - MIN_GAIN * (guess - best)
+    guess = sign * baseline
+    band = guess - book.sweep.spec.rules.flat_tolerance * abs(baseline)
+    if not values or min(values) >= band:
+        return band
+    return min(band, guess - MIN_GAIN * (guess - min(values)))

@@ -140,3 +140,17 @@ def test_a_trial_that_learnt_nothing_is_no_candidate(linreg_sweep: Sweep) -> Non
     assert _ids(candidates(book, acc, [], [three], pruned=True)) == ["a", "d"]
     no_guess = Objective(metric="acc", mode="max")
     assert _ids(candidates(book, acc, [], [no_guess], pruned=True)) == ["a", "b", "d", "c"]
+
+
+def test_no_candidate_until_a_trial_leaves_the_random_guess_band(linreg_sweep: Sweep) -> None:
+    """baseline_loss 1.0, flat_tolerance 0.1: a trial at the guess (1.0003), the only one
+    finished, was raced on a fresh seed; one at 0.92 is still inside the band."""
+    alone = rec("alone", val_loss=1.0003)
+    book = book_of(linreg_sweep, alone)
+    assert candidates(book, [alone], [], [QUALITY]) == []
+    inside = rec("inside", val_loss=0.92)
+    book = book_of(linreg_sweep, alone, inside)
+    assert candidates(book, [alone, inside], [], [QUALITY]) == []
+    learnt = rec("learnt", val_loss=0.88)
+    book = book_of(linreg_sweep, alone, inside, learnt)
+    assert _ids(candidates(book, [alone, inside, learnt], [], [QUALITY])) == ["learnt"]
