@@ -285,3 +285,25 @@ def test_a_min_quality_below_its_declared_baseline_is_learning():
         report["val_loss"] = B - 0.02 * (i + 1)
     assert first_firing(history, settings) is None  # val_loss out of the band by step 80
     assert first_firing(history, RuleSettings(baseline_loss=2.531)).step == 100
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_noisy_loss_coming_down_to_the_guess_from_above_is_stuck(seed):
+    """A Hugging Face classifier's per-step cross-entropy: up to 1.16 after warmup, back
+    down to ln 3 and there, at chance, batch noise 4 % of the guess. Its fall onto the
+    guess is no progress past it, and the noise no reason to call it learning."""
+    t = np.arange(300)
+    values = B * (1 + 0.06 * np.clip(1 - t / 120, 0, None)) + \
+        0.04 * B * np.random.default_rng(seed).standard_normal(300)
+    verdict = first_firing(losses(values))
+    assert verdict is not None and verdict.step <= 200, verdict  # on the raw losses: 184-229
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_loss_falling_from_far_above_the_guess_is_not_flat(seed):
+    """From 30 x the guess (a badly scaled output layer) down to 1.2 x it by step 300,
+    above the guess throughout: falling, not flat."""
+    t = np.arange(300)
+    values = B * (1.2 + 28.8 * np.exp(-t / 40)) + \
+        0.04 * B * np.random.default_rng(seed).standard_normal(300)
+    assert first_firing(losses(values)) is None

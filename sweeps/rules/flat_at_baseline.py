@@ -35,7 +35,9 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
     progress there: the drop of a least-squares line through the stretch's losses, plus
     one standard error of it, is below ``flat_min_progress`` x ``baseline_loss`` (so the
     loss is fairly surely not falling by that much per window; a slow learner still
-    inside the band is left to the scheduler). On a noisy loss a stuck run can take a
+    inside the band is left to the scheduler). When the smoothed loss ends above the
+    guess, the line goes through :func:`beyond_guess` of the losses: coming down onto
+    the guess from above is no progress past it. On a noisy loss a stuck run can take a
     few more steps to be called, a chance downward trend in its window.
 
     The metric is ``loss``, or ``val_loss`` when no report in the window has a ``loss``.
@@ -90,7 +92,10 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
     if not all(at_guess(s, settings) for s in smoothed):
         return None  # it was better than guessing in the window
     worst = max(abs(s - baseline) for s in smoothed)
-    drop, noise = trend(series[len(series) - checked:])
+    stretch = series[len(series) - checked:]
+    if smoothed[-1] > baseline:  # above the guess: see beyond_guess
+        stretch = beyond_guess(stretch, baseline, band)
+    drop, noise = trend(stretch)
     if drop + noise >= settings.flat_min_progress * baseline:
         return None  # still in the band, but learning: slow, not stuck
     if settings.is_enabled("collapse") and collapse.plateau_since(history, settings, start):
@@ -114,6 +119,22 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
         "progress_noise": noise / baseline,
     }
     return Verdict("flat_at_baseline", now, evidence)
+
+
+def beyond_guess(values: Sequence[float], baseline: float, band: float) -> list[float]:
+    """Losses on the scale of progress past the random guess, for a run whose smoothed
+    loss ends above the guess: a loss in the band's upper half (above the guess by at
+    most ``band``) counts as the guess itself, and one above the band as its height over
+    the band's top. A loss that comes down from above the guess to it has learnt nothing
+    yet (a classifier's cross-entropy falling from 1.16 to ln 3 = 1.0986 while its
+    accuracy stays at chance), and the noise of per-step losses around the guess does
+    not hide that it stays there; a loss falling from far above still falls.
+
+    Example:
+        >>> beyond_guess([0.9, 1.0, 1.04, 1.05, 1.5], 1.0, 0.05)
+        [0.9, 1.0, 1.0, 1.0, 1.45]
+    """
+    return [v if v <= baseline else baseline + max(0.0, v - baseline - band) for v in values]
 
 
 def _lowest_before(history: Sequence[Mapping[str, Any]], key: str, anchor: int,
