@@ -11,11 +11,13 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path, PurePosixPath
 
 import pandas as pd
@@ -201,6 +203,37 @@ def test_jobs_status_logs_and_list(cluster, submitted, capsys):
     assert main(["jobs", "status", "no-such-job", "--address", cluster]) == 2
     err = " ".join(capsys.readouterr().err.split())  # the fix reaches this cluster
     assert f"list the jobs with `sweeps jobs list --address {cluster}`" in err
+
+
+@pytest.mark.slow
+def test_a_stopped_job_says_how_to_resume_it_on_this_cluster(cluster, tmp_path, capsys):
+    """`sweeps jobs stop`, then `sweeps jobs status`: the resume line carries the cluster's
+    GCS address as the job's driver printed it, not a placeholder."""
+    project = _project(tmp_path)
+    sweep = project / "exp" / "linreg.yaml"
+    data = yaml.safe_load(sweep.read_text())
+    data["budget"] = {"trials": 40, "max_steps": 400, "concurrent": 2, "scheduler": "none"}
+    sweep.write_text(yaml.safe_dump(data, sort_keys=False))
+    storage = tmp_path / "storage"
+    assert main(["submit", str(sweep), "--address", cluster, "--project-dir", str(project),
+                 "--storage", str(storage), "--no-preflight"]) == 0
+    job_id = capsys.readouterr().out.splitlines()[0].strip()
+    client = jobs.connect(cluster)
+    deadline = time.monotonic() + 240
+    while "[1/40]" not in client.get_job_logs(job_id):  # a trial ended: the sweep runs
+        assert time.monotonic() < deadline, client.get_job_logs(job_id)[-3000:]
+        time.sleep(2)
+    assert main(["jobs", "stop", job_id, "--address", cluster]) == 0
+    while jobs.status_of(client, job_id) not in jobs.TERMINAL:
+        assert time.monotonic() < deadline
+        time.sleep(1)
+    capsys.readouterr()
+    assert main(["jobs", "status", job_id, "--address", cluster]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    logged = re.findall(r"sweeps resume \S+ --address (\S+?)`", client.get_job_logs(job_id))
+    assert logged, client.get_job_logs(job_id)[-3000:]
+    assert f"continue: sweeps resume {storage}/linreg --address {logged[-1]}" in out, out
+    assert "HOST:PORT" not in out and not logged[-1].startswith("http")
 
 
 @pytest.mark.slow

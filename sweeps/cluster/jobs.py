@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import logging
 import os
+import re
 import sys
 import time
 from datetime import datetime
@@ -307,6 +308,21 @@ def _explain_failure(client: Any, job_id: str) -> None:
             "`sweeps submit ... --pip sweeps` (or a path/URL pip can install).")
 
 
+#: The resume line a job's driver prints when it stops (``interrupted_line``).
+_RESUME_LINE = re.compile(r"sweeps resume \S+(?: \S+)*? --address (\S+?)`")
+
+
+def _gcs_address_logged(client: Any, job_id: str) -> str | None:
+    """The cluster's GCS address as the job's driver printed it in its resume line, None
+    when its logs have none (a driver that never got to print it)."""
+    try:
+        logs = client.get_job_logs(job_id)
+    except Exception:  # noqa: BLE001 - a courtesy: the placeholder stands in for it
+        return None
+    found = _RESUME_LINE.findall(logs or "")
+    return found[-1] if found else None
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     client = connect(args.address, args.allow_insecure_token)
     try:
@@ -330,8 +346,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     storage, name = meta.get("sweeps.storage"), meta.get("sweeps.sweep")
     if status in ("FAILED", "STOPPED") and storage and name:
         folder = shell_word(f"{storage.rstrip('/')}/{name}")
-        console.print(f"  continue: sweeps resume {folder} --address HOST:PORT (the "
-                      "cluster's GCS address, not this http:// one; docs/clusters.md)")
+        gcs = _gcs_address_logged(client, args.job)
+        where = shell_word(gcs) if gcs else "HOST:PORT (the cluster's GCS address, not " \
+            "this http:// one; docs/clusters.md)"
+        console.print(f"  continue: sweeps resume {folder} --address {where}")
     if status == "FAILED":
         _explain_failure(client, args.job)
     return 0
