@@ -111,6 +111,17 @@ def test_driver_killed_mid_sweep_resumes_without_losing_trials(linreg_dir, monke
     children = client.search_runs(
         [exp], f"tags.mlflow.parentRunId = '{parents[0].info.run_id}'", max_results=1000)
     assert len(children) == len(read_results_csv(out / "trials.csv"))
+    # moved once more after MLflow logged it: the store moved with it and is logged to
+    # there, once, not re-created where the folder was
+    again = out.parent / "again"
+    out.rename(again)
+    capsys.readouterr()
+    assert main(["resume", str(again), "--quiet"]) == 0
+    assert "logging to the store it carries now" in capsys.readouterr().err
+    assert not out.exists(), "no MLflow store re-created where the folder used to be"
+    client = MlflowClient(f"sqlite:///{again / 'mlflow.db'}")
+    assert len(client.search_runs([exp], "tags.`sweeps.kind` = 'sweep'")) == 1
+    assert f"sqlite:///{again / 'mlflow.db'}" in (again / "tracking.txt").read_text()
 
 
 def test_sigterm_ends_a_command_with_143_and_a_line_not_a_traceback(linreg_dir):

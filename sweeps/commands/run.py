@@ -36,7 +36,7 @@ from sweeps.state import check as state_check
 from sweeps.state import folder_lock, saved_sweep
 from sweeps.state import seal as state_seal
 from sweeps.state.atomic import remove_left_behind, write_text
-from sweeps.state.layout import SELECTION_NOTES, STUDY_FILE, TRACKING_NOTE
+from sweeps.state.layout import MLFLOW_DB, SELECTION_NOTES, STUDY_FILE, TRACKING_NOTE
 from sweeps.terminal import echo_stderr, shell_word
 from sweeps.trial.knob_check import sweep_problem
 from sweeps.trial.run import trainer_metrics
@@ -325,6 +325,11 @@ def earlier_tracking_uri(note: Path) -> str | None:
     uri, parent = _tracking_note(note)
     if parent is None:
         return None
+    moved = moved_store(uri, note.parent)
+    if moved != uri:
+        echo_stderr(f"note: this folder was logged to {uri}, its own MLflow store where it "
+                    f"was then; logging to the store it carries now, {moved}")
+        return moved
     if uri and MASK in uri:
         echo_stderr(f"note: this sweep was logged to {uri} before; its credentials are not "
                     "kept on disk: pass --tracking-uri again (or set MLFLOW_TRACKING_URI) to log "
@@ -334,10 +339,28 @@ def earlier_tracking_uri(note: Path) -> str | None:
 
 
 def logged_parent(note: Path, uri: str) -> str | None:
-    """The parent run an earlier logging of this sweep to ``uri`` made (``tracking.txt``),
-    else None."""
+    """The parent run an earlier logging of this sweep to ``uri`` made (``tracking.txt``;
+    a moved folder's own store counts as the one it carries now), else None."""
     logged, parent = _tracking_note(note)
-    return parent if logged == uri else None
+    return parent if logged is not None and moved_store(logged, note.parent) == uri else None
+
+
+def moved_store(uri: str | None, folder: Path) -> str | None:
+    """``uri``, or, when it is the default store of a results folder at another path
+    (``sqlite:///OLD/mlflow.db``) and ``folder`` carries its own ``mlflow.db``, that one:
+    a moved or copied folder logs to the store that moved with it, not to the original's.
+
+    Example:
+        >>> moved_store("sqlite:////old/x/mlflow.db", Path("/nonexistent/x"))
+        'sqlite:////old/x/mlflow.db'
+    """
+    if not uri or not uri.startswith("sqlite:///"):
+        return uri
+    path = Path(uri.removeprefix("sqlite:///"))
+    here = folder.resolve()
+    if path.name != MLFLOW_DB or path.parent == here or not (here / MLFLOW_DB).is_file():
+        return uri
+    return f"sqlite:///{here / MLFLOW_DB}"
 
 
 def write_outputs(sweep: Sweep, book: TrialBook, front: list[TrialRecord],
