@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from sweeps.commands.cli import main
 from tests.conftest import edit_linreg, read_results_csv
@@ -116,8 +117,9 @@ def test_driver_killed_mid_sweep_resumes_without_losing_trials(linreg_dir, monke
     again = out.parent / "again"
     out.rename(again)
     capsys.readouterr()
-    assert main(["resume", str(again), "--quiet"]) == 0
+    assert main(["resume", str(again), "--quiet", "--tolerance", "0.5"]) == 0
     assert "logging to the store it carries now" in capsys.readouterr().err
+    assert yaml.safe_load((again / "sweep.yaml").read_text())["confirm"]["tolerance"] == 0.5
     assert not out.exists(), "no MLflow store re-created where the folder used to be"
     client = MlflowClient(f"sqlite:///{again / 'mlflow.db'}")
     assert len(client.search_runs([exp], "tags.`sweeps.kind` = 'sweep'")) == 1

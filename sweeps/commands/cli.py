@@ -230,7 +230,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     outcome = resume_sweep(Path(args.dir), address=args.address, progress=not args.quiet,
                            tracking_uri=args.tracking_uri, trust_state=args.trust_state,
-                           total_steps=args.total_steps,
+                           total_steps=args.total_steps, tolerance=args.tolerance,
                            project=Path(args.project) if args.project else None)
     print_outcome(outcome)
     return all_crashed(outcome.trials, outcome.sweep.output_dir)
@@ -481,6 +481,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the folder the trials run in and import the trainer from, when the "
                    "one the sweep ran from is gone (a Ray job's temporary working_dir) or "
                    "moved; kept for later resumes")
+    p.add_argument("--tolerance", type=float, default=None, metavar="X",
+                   help="set confirm.tolerance to X first: the candidates are judged again "
+                   "against it (a wider one accepts seeds that disagree more)")
     p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("report", help="(re)write report.html, or print the results as json/csv")

@@ -143,7 +143,8 @@ def run_sweep(sweep: Sweep, *, address: str | None = None, progress: bool = True
 
 def resume_sweep(folder: Path, *, address: str | None = None, progress: bool = True,
                  tracking_uri: str | None = None, trust_state: bool = False,
-                 total_steps: int | None = None, project: Path | None = None) -> SweepOutcome:
+                 total_steps: int | None = None, project: Path | None = None,
+                 tolerance: float | None = None) -> SweepOutcome:
     """Continue a sweep whose driver died: finished trials are kept, unfinished ones re-run.
 
     The folder's seal is checked first, touching nothing: sealed by this account for this
@@ -154,7 +155,9 @@ def resume_sweep(folder: Path, *, address: str | None = None, progress: bool = T
     ``total_steps`` raises the sweep's step budget first (saved with the sweep): the
     candidates the budget left unsettled are settled with the steps it adds; ``project``:
     the folder its trials run in and import the trainer from, when the one it ran from
-    is gone (:func:`sweeps.state.saved_sweep.read`)."""
+    is gone (:func:`sweeps.state.saved_sweep.read`); ``tolerance`` sets
+    ``confirm.tolerance`` first (saved with the sweep), so the candidates are judged
+    again against it."""
     folder = Path(folder).resolve()
     _require_sweep(folder)
     check_address(address)
@@ -171,6 +174,9 @@ def resume_sweep(folder: Path, *, address: str | None = None, progress: bool = T
         if total_steps is not None:
             sweep = with_total_steps(sweep, total_steps)
             save_resolved(sweep)  # and sealed again, over the new budget
+        if tolerance is not None:
+            sweep = with_tolerance(sweep, tolerance)
+            save_resolved(sweep)
         if tracking_uri is None and not os.environ.get("MLFLOW_TRACKING_URI"):
             tracking_uri = earlier_tracking_uri(folder / TRACKING_NOTE)
         outcome = _execute(sweep, address=address, progress=progress,
@@ -178,6 +184,17 @@ def resume_sweep(folder: Path, *, address: str | None = None, progress: bool = T
         if trust_state:  # vouched for and resumed: this account's folder from now on
             state_seal.seal(folder)
         return outcome
+
+
+def with_tolerance(sweep: Sweep, tolerance: float) -> Sweep:
+    """``sweep`` with ``confirm.tolerance`` set to ``tolerance`` (above 0, else a
+    SpecError naming ``--tolerance``)."""
+    if not math.isfinite(tolerance) or tolerance <= 0:
+        raise SpecError("--tolerance", f"{tolerance} is no gap a seed may have",
+                        "give a share above 0, e.g. --tolerance 0.3 (30 % of the best "
+                        "seed's improvement over the random guess)")
+    confirm = sweep.spec.confirm.model_copy(update={"tolerance": tolerance})
+    return replace(sweep, spec=sweep.spec.model_copy(update={"confirm": confirm}))
 
 
 def with_total_steps(sweep: Sweep, total: int) -> Sweep:

@@ -871,6 +871,19 @@ def steps_by_kind(book: TrialBook, base_id: str | None = None) -> dict[str, int]
 def _unsettled_note(sweep: Sweep, book: TrialBook, judged: list[Confirmation]) -> str:
     """Why nothing was handed over, and what settling the best unsettled ones would take."""
     open_ = [c for c in judged if c.verdict == "incomplete"]
+    spread = _spread_only(judged)
+    if not open_ and spread:
+        shares = sorted(c.spread for c in spread if c.spread is not None)
+        keep = min(spread, key=lambda c: c.spread or math.inf)
+        return (f"no candidate held on its fresh seeds ({len(judged)} judged), though every "
+                f"seed ran stable: their seeds disagree in {judged[0].quality.metric} by "
+                f"{shares[0]:.0%}-{shares[-1]:.0%} (tolerance {judged[0].tolerance:.0%}), "
+                "so on this trainer seeds differ that much at "
+                f"max_steps {sweep.spec.budget.max_steps}; train longer (budget.max_steps) "
+                "so they converge, or accept that spread: "
+                f"`sweeps resume {shell_word(sweep.output_dir)} --tolerance "
+                f"{math.ceil(shares[0] * 20) / 20:.2f}` judges them again; it holds "
+                f"{keep.trial_id} if its other seeds agree as well")
     if not open_:
         return (f"no candidate held on its fresh seeds ({len(judged)} judged); widen the "
                 "search space or lower the LR range")
@@ -878,6 +891,16 @@ def _unsettled_note(sweep: Sweep, book: TrialBook, judged: list[Confirmation]) -
     return (f"{len(open_)} candidate(s) are not settled: about {steps} more training steps "
             "would settle them (`sweeps resume "
             f"{shell_word(sweep.output_dir)} --total-steps N`)")
+
+
+def _spread_only(judged: list[Confirmation]) -> list[Confirmation]:
+    """The fragile candidates whose every seed and probe ran stable, fragile only for the
+    gap between their seeds' quality; empty when any candidate failed otherwise."""
+    fragile = [c for c in judged if c.verdict == "fragile"]
+    only = [c for c in fragile if not c.seed_reasons and c.spread is not None
+            and c.spread > c.tolerance and not (c.require_margin and c.probe is not None
+                                                 and c.probe.status != OK)]
+    return only if fragile and len(only) == len(fragile) else []
 
 
 def _sensitivity(member: TrialRecord, probe: TrialRecord, metric: str,
