@@ -139,6 +139,12 @@ CASES = {
                              "budget.grace_steps", "fix: grace_steps: "),
     "negative trials": (lambda d: d["budget"].update(trials=0), "budget.trials",
                         "greater than or equal to 1"),
+    "a seed Optuna's sampler cannot take": (lambda d: d.update(seed=2**32), "seed",
+                                            "less than or equal to 2147483647"),
+    "a CPU share finer than Ray counts": (lambda d: d.update(resources={"cpu": 0.00015}),
+                                          "resources.cpu", "fix: cpu: 0.0001"),
+    "fresh seeds past any use": (lambda d: d.update(confirm={"seeds": 10**11}),
+                                 "confirm.seeds", "less than or equal to 100"),
     "reserved write_back path": (lambda d: d["write_back"].update(lr="sweep.lr"),
                                  "write_back.lr", "reserved"),
     "bare list knob": (lambda d: d["search_space"].update(lr=[0.1, 0.01]),
@@ -321,6 +327,30 @@ def test_a_key_given_twice_on_one_line_exits_2(line, key, linreg_dir, capsys, mo
     code, err = _run_cli(linreg_dir, path, capsys, monkeypatch)
     assert code == 2
     assert f"line {len(kept) + 1}: key {key!r} is given twice (on the same line)" in err
+
+
+def test_aliases_that_expand_past_a_million_values_exit_2(linreg_dir, capsys, monkeypatch):
+    """Nine nested levels of ten aliases ("billion laughs") in the base config read as
+    shared references; the first copy of them filled the machine's memory."""
+    path = linreg_dir / "linreg_config.yaml"
+    levels = "".join(f"l{k + 1}: &l{k + 1} [{', '.join([f'*l{k}'] * 10)}]\n"
+                     for k in range(8))
+    path.write_text(path.read_text() + "l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n" + levels)
+    code, err = _run_cli(linreg_dir, linreg_dir / "linreg.yaml", capsys, monkeypatch)
+    assert code == 2 and "expand it to more than 1,000,000 values" in err, err
+    assert "base_config" in err
+
+
+def test_merge_keys_merge(linreg_dir):
+    """`<<: *anchor` is YAML's merge key, which Hydra and OmegaConf read; it was refused as
+    an unknown tag."""
+    from sweeps.spec.loader import load_sweep
+
+    path = linreg_dir / "linreg_config.yaml"
+    path.write_text(path.read_text() + "shared: &shared {depth: 2, width: 1}\n"
+                    "merged: {<<: *shared, width: 3}\n")
+    sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir, import_trainer=False)
+    assert sweep.base_config["merged"] == {"depth": 2, "width": 3}
 
 
 def test_an_eval_loss_objective_is_told_the_adapter_reports_val_loss(linreg_dir):

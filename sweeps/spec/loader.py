@@ -99,7 +99,8 @@ class Budget(_Strict):
 
     trials: IntBound = Field(default=32, ge=1, description="trials the search runs (with "
                         "total_steps: an upper bound, none unless given)")
-    max_steps: IntBound = Field(default=400, ge=1, description="optimizer steps per trial")
+    max_steps: IntBound = Field(default=400, ge=1, le=10**9,
+                                description="optimizer steps per trial")
     total_steps: IntBound | None = Field(
         default=None, ge=1, description="training steps the search may spend in all; no "
         "new trial starts once they are spent, so steps saved by stopping unstable or "
@@ -179,7 +180,7 @@ class Budget(_Strict):
 class Confirm(_Strict):
     """Re-runs of the best candidates before a config is written to stable/."""
 
-    seeds: int = Field(default=2, ge=0, description="extra seeds per candidate")
+    seeds: int = Field(default=2, ge=0, le=100, description="extra seeds per candidate")
     lr_probe: float = Field(default=2.0, ge=0, description="LR multiplier probe; 0 = off")
     tolerance: float = Field(
         default=0.2, gt=0, description="largest gap between a candidate's worst and best "
@@ -194,7 +195,7 @@ class Confirm(_Strict):
                        "re-run on the same seeds after the search), so the handed-over "
                        "configs are compared with what the user had")
     narrow_seeds: int = Field(
-        default=4, ge=0, description="fresh seeds a config whose LR probe failed (a narrow "
+        default=4, ge=0, le=100, description="fresh seeds a config whose LR probe failed (a narrow "
         "margin) must hold on, instead of confirm.seeds")
     require_margin: bool = Field(
         default=False, description="a config whose LR probe failed is fragile (true), "
@@ -204,10 +205,20 @@ class Confirm(_Strict):
 class Resources(_Strict):
     """Resources per trial (Ray's: a fraction of a GPU lets trials share it)."""
 
-    cpu: float = Field(default=1.0, gt=0)
+    cpu: float = Field(default=1.0, ge=0.0001, description="CPUs per trial; Ray counts "
+                       "them in steps of 0.0001")
     gpu: float = Field(default=0.0, ge=0, description="GPUs per trial: a fraction up to 1 "
                        "packs trials onto one GPU (0.25: four per GPU), more than 1 must be "
                        "a whole number")
+
+    @field_validator("cpu")
+    @classmethod
+    def _ray_cpu_amount(cls, cpu: float) -> float:
+        if round(cpu, 4) != cpu:
+            raise PydanticCustomError(
+                "cpu_precision", "{cpu} CPUs: Ray counts CPUs in steps of 0.0001",
+                {"cpu": cpu, "fix": f"cpu: {max(round(cpu, 4), 0.0001):g}"})
+        return cpu
 
     @field_validator("gpu")
     @classmethod
@@ -253,7 +264,9 @@ class SweepFile(_Strict):
     initial_points: list[dict[str, Any]] = Field(
         default_factory=list, description="knob values the search tries first")
     output: str = "results"
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=2**31 - 1, description="the search's seed; "
+                      "the fresh seeds follow it (seed + 1, ...); what Optuna's sampler and "
+                      "NumPy take")
     new_keys: bool = Field(
         default=False, description="write_back paths the base config lacks are added to it "
         "(true) instead of refused (a typo'd path writes a key the trainer never reads)")

@@ -20,12 +20,22 @@ class YamlProblem(ValueError):
         self.line, self.problem, self.fix = line, problem, fix
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+#: Most values a document may hold once its aliases are expanded: nine nested levels of
+#: ten aliases ("billion laughs") read in a second as shared references, and the first
+#: copy of them (a validation, a dump) filled the machine's memory.
+MAX_VALUES = 1_000_000
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """``SafeLoader`` that refuses a mapping with the same key twice."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG:  # `<<: *base`: merged by the base class
+                continue
             key = self.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
             try:
@@ -55,6 +65,53 @@ def decode(data: bytes) -> str:
 
 
 def load(text: str) -> Any:
-    """Like ``yaml.safe_load`` (only plain data, no tags that build objects), with no
-    duplicate keys."""
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    """Like ``yaml.safe_load`` (only plain data, no tags that build objects; merge keys
+    ``<<:`` merge), with no duplicate keys, no alias that refers to itself, and at most
+    :data:`MAX_VALUES` values once aliases are expanded.
+
+    Example:
+        >>> load("base: &b {lr: 0.1}\nrun: {<<: *b, steps: 5}")["run"]
+        {'lr': 0.1, 'steps': 5}
+    """
+    loader = _UniqueKeyLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expansion(node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """:class:`YamlProblem` when aliases make ``root`` refer to itself, or expand it past
+    :data:`MAX_VALUES` values (naming the line of the first anchor used more than once)."""
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+    shared: list[yaml.Node] = []
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            shared.append(node)
+            return sizes[key]
+        if key in open_:
+            raise YamlProblem(node.start_mark.line + 1, "an alias refers to the value it "
+                              "is part of (a loop)", "write the value out without the loop")
+        open_.add(key)
+        if isinstance(node, yaml.SequenceNode):
+            total = 1 + sum(size(child) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total = 1 + sum(size(k) + size(v) for k, v in node.value)
+        else:
+            total = 1
+        open_.discard(key)
+        sizes[key] = min(total, MAX_VALUES + 1)
+        return sizes[key]
+
+    if size(root) > MAX_VALUES:
+        line = shared[0].start_mark.line + 1 if shared else 1
+        raise YamlProblem(line, f"its aliases expand it to more than {MAX_VALUES:,} values",
+                          "write the values out, or use an alias inside another alias's "
+                          "value less deeply")
