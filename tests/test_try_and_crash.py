@@ -59,6 +59,8 @@ def test_try_rejects_an_unknown_knob(linreg_dir, capsys, monkeypatch):
     ("train.lr=fast", "--set lr: 'fast' is not a number"),  # the knob's own path
     ("notes.tags=a", "the base config holds a list there (['a', 'b']), not 'a'"),
     ("train.steps=many", "'many' is not a number, and the base config holds the number 60"),
+    ("lr=nan", "--set lr: nan is no finite number"),  # Adam crashed on it; `stability` refused
+    ("lr=.inf", "--set lr: .inf is no finite number"),
 ])
 def test_try_refuses_a_set_value_the_trainer_could_not_take(linreg_dir, capsys, monkeypatch,
                                                            pair, says):

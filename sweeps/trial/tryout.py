@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,6 +46,9 @@ def parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
                 value = float(value)
             except ValueError:
                 pass
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SpecError(f"--set {key.strip()}", f"{raw} is no finite number",
+                            f"give a finite value, e.g. {key.strip()}=1e-3")
         out[key.strip()] = value
     return out
 
