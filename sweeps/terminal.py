@@ -33,12 +33,15 @@ _SEQUENCE = re.compile(
     rf"|{_STRING}[0-9;]*"
     r"|\x1b[ -/]*[0-~]?")
 #: Control characters left after that: C0 but newline and tab, DEL, C1.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: Control characters, and the bidirectional controls that reorder what a terminal shows
+#: (U+202E, right-to-left override, turns "note=txt.exe" into "note=exe.txt").
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e"
+                      r"\u2066-\u2069]")
 
 
 def clean(text: Any) -> str:
-    """``text`` as a string without terminal escape sequences or control characters
-    (newline and tab stay).
+    """``text`` as a string without terminal escape sequences, control characters
+    (newline and tab stay) or bidirectional controls.
 
     Example:
         >>> clean("bad [/INST] \\x1b[31mred\\x1b]0;title\\x07 ok\\r\\n")

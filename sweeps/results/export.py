@@ -19,6 +19,7 @@ from sweeps.spec.config_paths import with_values
 from sweeps.spec.hydra_config import overrides
 from sweeps.spec.loader import Sweep, unmapped_step_count
 from sweeps.state.atomic import write_text
+from sweeps.terminal import clean
 
 
 def config_for(sweep: Sweep, values: dict[str, Any]) -> dict[str, Any]:
@@ -27,7 +28,11 @@ def config_for(sweep: Sweep, values: dict[str, Any]) -> dict[str, Any]:
 
 
 def _fmt(value: Any) -> str:
-    return f"{value:.6g}" if isinstance(value, float) else str(value)
+    """A value as the header's comment shows it: on one line, without control characters
+    (a newline in a text knob's value would end the comment)."""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return " ".join(clean(value).split("\n")).replace("\t", " ")
 
 
 def render(sweep: Sweep, values: dict[str, Any], provenance: dict[str, Any]) -> str:

@@ -28,6 +28,9 @@ def test_clean_removes_escape_sequences_and_control_characters_only():
     assert clean(HOSTILE) == "bad [/INST] [bold]x[/] :smile: red link  end\tok\n"
     assert clean("ünïcode [ok] $x^2$") == "ünïcode [ok] $x^2$"
     assert clean(3.5) == "3.5"
+    # bidirectional controls reorder what a terminal shows: "note=\u202etxt.exe" reads
+    # "note=exe.txt"; right-to-left text itself stays
+    assert clean("note=\u202etxt.exe \u2066x\u2069 \u200fשלום") == "note=txt.exe x שלום"
 
 
 def test_the_console_prints_markup_as_text_and_cleans_tables():
