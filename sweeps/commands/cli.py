@@ -257,7 +257,12 @@ def cmd_best(args: argparse.Namespace) -> int:
              "its path anyway", file=sys.stderr)
         return 1
     if args.overrides:  # a Hydra app takes the knob values as command-line overrides
-        print(files[0].with_suffix(".overrides").read_text(encoding="utf-8").strip())
+        listed = files[0].with_suffix(".overrides").read_text(encoding="utf-8").splitlines()
+        print("\n".join(listed))
+        if any(len(o.split()) > 1 for o in listed):
+            echo("note: a value holds whitespace, which $(...) would split: pass the lines as "
+                 "they are, e.g. mapfile -t o < <(sweeps best DIR --overrides); "
+                 'python app.py "${o[@]}"', file=sys.stderr)
         return 0
     print(files[0])
     return 0
@@ -499,8 +504,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the path even when the sweep measured that config worse than "
                    "your base config on fresh seeds (otherwise exit 1)")
     p.add_argument("--overrides", action="store_true",
-                   help="print its values as Hydra command-line overrides instead "
-                   "(python app.py $(sweeps best DIR --overrides))")
+                   help="print its values as Hydra command-line overrides instead, one a "
+                   "line (python app.py $(sweeps best DIR --overrides))")
     p.set_defaults(func=cmd_best)
 
     p = sub.add_parser("stability", help="grid over one knob (x a second) on several seeds")

@@ -106,7 +106,8 @@ def base_held(path: Path) -> str | None:
 def write_config(path: Path, sweep: Sweep, values: dict[str, Any],
                  provenance: dict[str, Any]) -> Path:
     """Write one exported config atomically, and beside it (``.overrides``) the same knob
-    values as the override list a Hydra user passes on the command line; a JSON config's
+    values as the override list a Hydra user passes on the command line, one override a
+    line (a text value may hold a space: read the lines, do not split them); a JSON config's
     header goes to ``.header`` beside it. Returns the config's path."""
     if path.suffix == ".json":
         write_text(path.with_suffix(".header"), header(sweep, provenance))
@@ -114,6 +115,6 @@ def write_config(path: Path, sweep: Sweep, values: dict[str, Any],
     else:
         write_text(path, render(sweep, values, provenance))
     groups = sweep.groups.overrides(values) if sweep.groups else []
-    line = " ".join(groups + overrides(sweep.base_for(values), sweep.values_by_path(values)))
-    write_text(path.with_suffix(".overrides"), line + "\n")
+    listed = groups + overrides(sweep.base_for(values), sweep.values_by_path(values))
+    write_text(path.with_suffix(".overrides"), "".join(f"{o}\n" for o in listed))
     return path

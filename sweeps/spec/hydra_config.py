@@ -90,6 +90,8 @@ def override_value(value: Any) -> str:
     Example:
         >>> [override_value(v) for v in (0.003, 1e-05, 4, True, None, "adamw", "1e-3")]
         ['0.003', '1e-05', '4', 'true', 'null', 'adamw', "'1e-3'"]
+        >>> print(override_value("a\\\\b"), override_value("it's"), override_value("x\\\\"))
+        'a\\b' 'it\\'s' 'x\\\\'
     """
     if value is None:
         return "null"
@@ -100,7 +102,10 @@ def override_value(value: Any) -> str:
     text = str(value)
     if _PLAIN.fullmatch(text) and text.lower() not in _NOT_PLAIN:
         return text
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    # inside quotes Hydra reads a backslash as itself, except in a run of them before a
+    # quote (or the closing one), where two stand for one
+    doubled = re.sub(r"\\+(?='|$)", lambda m: m.group(0) * 2, text)
+    return "'" + doubled.replace("'", "\\'") + "'"
 
 
 def overrides(base_config: Mapping[str, Any], by_path: Mapping[str, Any]) -> list[str]:

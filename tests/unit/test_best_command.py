@@ -89,6 +89,11 @@ def test_best_overrides_prints_the_hydra_command_line(tmp_path: Path, capsys) ->
                  {"rank": "1 of 1 confirmed configs"})
     assert main(["best", str(folder), "--overrides"]) == 0
     assert capsys.readouterr().out == "train.lr=0.25\n"
+    write_config(folder / "stable" / "rank-01-t.yaml", sweep, {"lr": "a b"},
+                 {"rank": "1 of 1 confirmed configs"})
+    assert main(["best", str(folder), "--overrides"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "train.lr='a b'\n" and 'python app.py "${o[@]}"' in err
 
 
 def test_a_hand_over_without_clipping_says_what_grad_clip_0_means(tmp_path: Path) -> None:

@@ -69,7 +69,7 @@ def test_write_back_max_steps_carries_the_steps_run_into_trials_and_hand_overs(
     path = write_config(tmp_path / "best.yaml", sweep, {"lr": 0.2}, {})
     assert yaml.safe_load(path.read_text())["train"] == {"lr": 0.2, "steps": 40,
                                                          "fail": "none"}
-    assert path.with_suffix(".overrides").read_text() == "train.lr=0.2 train.steps=40\n"
+    assert path.with_suffix(".overrides").read_text() == "train.lr=0.2\ntrain.steps=40\n"
     assert not any(line.startswith("# WARNING") for line in path.read_text().splitlines())
 
 
@@ -148,3 +148,16 @@ def test_a_json_base_config_is_read_as_json(tmp_path: Path) -> None:
     twice = '{"train": {"lr": 0.1, "steps": 60}, "train": {"lr": 1}}'
     with pytest.raises(SpecError, match="key 'train' is given twice"):
         _json_base(tmp_path, twice)
+
+
+@pytest.mark.parametrize("text", ["a b", "a\\b", "it's", "x\\", "a\\'b", "tab\there", "1e-3",
+                                  "q\\\\", "café ok", "a,b", "[1]", "=x"])
+def test_text_values_come_back_from_hydras_override_parser_as_they_were(text: str) -> None:
+    """Hydra reads a backslash inside quotes as itself (two only before a quote): a value
+    `a\\b` was written `'a\\\\b'` and composed with two backslashes."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from sweeps.spec.hydra_config import overrides
+
+    (line,) = overrides({"train": {}}, {"train.note": text})
+    assert OverridesParser.create().parse_override(line).value() == text
