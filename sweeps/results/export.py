@@ -8,6 +8,7 @@ and its header is the text file beside it (``rank-01-<trial>.header``).
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -35,10 +36,28 @@ def _fmt(value: Any) -> str:
     return " ".join(clean(value).split("\n")).replace("\t", " ")
 
 
+#: Text PyYAML writes bare that YAML 1.2 readers (OmegaConf, Hydra) take as a number.
+_NUMBER_LIKE = re.compile(r"[-+]?(?:\d[\d_]*)?\.?\d*[eE][-+]?\d+")
+
+
+class _TextKeepingDumper(yaml.SafeDumper):
+    """``SafeDumper`` that quotes text a YAML 1.2 reader would take as a number: PyYAML
+    (YAML 1.1) writes ``"1e-3"`` bare, and Hydra read it back as the float 0.001."""
+
+
+def _text(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    if _NUMBER_LIKE.fullmatch(text):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", text, style="'")
+    return dumper.represent_str(text)
+
+
+_TextKeepingDumper.add_representer(str, _text)
+
+
 def render(sweep: Sweep, values: dict[str, Any], provenance: dict[str, Any]) -> str:
     """YAML text: a provenance header in comments (:func:`header`), then the merged config."""
-    body = yaml.safe_dump(config_for(sweep, values), sort_keys=False,
-                          default_flow_style=False, allow_unicode=True)
+    body = yaml.dump(config_for(sweep, values), Dumper=_TextKeepingDumper, sort_keys=False,
+                     default_flow_style=False, allow_unicode=True)
     return header(sweep, provenance) + body
 
 

@@ -161,3 +161,16 @@ def test_text_values_come_back_from_hydras_override_parser_as_they_were(text: st
 
     (line,) = overrides({"train": {}}, {"train.note": text})
     assert OverridesParser.create().parse_override(line).value() == text
+
+
+def test_text_that_reads_as_a_number_stays_text_for_yaml_1_2_readers(linreg_sweep: Sweep,
+                                                                     tmp_path: Path) -> None:
+    """A text choice "1e-3" was written bare; PyYAML reads that back as text, OmegaConf
+    (Hydra's reader) as the float 0.001."""
+    from omegaconf import OmegaConf
+
+    path = write_config(tmp_path / "best.yaml", linreg_sweep, {"lr": "1e-3"}, {})
+    assert yaml.safe_load(path.read_text())["train"]["lr"] == "1e-3"
+    assert OmegaConf.load(path).train.lr == "1e-3"
+    assert write_config(tmp_path / "n.yaml", linreg_sweep, {"lr": 1e-3}, {}).read_text() \
+        .count("lr: 0.001") == 1
