@@ -86,6 +86,23 @@ def test_a_huge_int_ends_its_trial_not_the_sweep(linreg_dir):
     assert set(trials["reason"]) == {"non_finite"} and set(trials["steps"]) == {5}
 
 
+@pytest.mark.slow
+def test_a_trainer_writing_over_sweep_yaml_does_not_lose_the_sweep(linreg_dir, capfd):
+    """A trial overwrote sweep.yaml with garbage: the run ended 0 with no word, and the
+    sweep could then neither be reported nor resumed."""
+    saved = linreg_dir / "results" / "linreg" / "sweep.yaml"
+    edit_linreg(linreg_dir, train={"scribble": str(saved)},
+                budget={"trials": 2, "concurrent": 2, "scheduler": "none"},
+                confirm={"seeds": 0})
+    assert run_cli_in(linreg_dir, "run", "linreg.yaml", "--quiet", "--no-preflight") == 0
+    assert "sweep.yaml changed while the sweep ran" in capfd.readouterr().err
+    assert load_sweep(saved, workdir=linreg_dir, import_trainer=False).name == "linreg"
+    assert run_cli_in(linreg_dir, "report", str(saved.parent)) == 0
+    from sweeps.state import seal
+
+    seal.check(saved.parent)  # sealed over what was written back: resume takes it
+
+
 @pytest.mark.parametrize("fail", ["sys_exit", "os_exit", "named_exit"])
 def test_a_trainer_that_exits_is_a_crash_with_its_exit_code(linreg_dir, fail):
     reporter, results = _run(linreg_dir, fail)  # this process survives os._exit

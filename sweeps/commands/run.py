@@ -248,7 +248,13 @@ def _execute(sweep: Sweep, *, address: str | None, progress: bool, tracking_uri:
                             resume=resume and (sweep.output_dir / name).exists())
 
             chosen = confirmation.select(sweep, book, ordered, front, rerun)
-        return write_outputs(sweep, book, front, chosen, tracking_uri=tracking_uri)
+        outcome = write_outputs(sweep, book, front, chosen, tracking_uri=tracking_uri)
+    restored = saved_sweep.overwritten(sweep.output_dir)
+    if restored:
+        state_seal.seal(sweep.output_dir)
+        echo_stderr(f"warning: {' and '.join(restored)} changed while the sweep ran (did "
+                    "a trial write into its results folder?); written back as the sweep ran")
+    return outcome
 
 
 def fallback_lines(book: TrialBook) -> list[str]:

@@ -27,10 +27,36 @@ def save(sweep: Sweep) -> None:
     from sweeps.state.atomic import write_text
 
     out = sweep.output_dir
-    write_text(out / SWEEP_FILE, yaml.safe_dump(sweep.resolved(), sort_keys=False))
-    write_text(out / STATE_FILE, json.dumps({
-        "source": str(sweep.source or ""), "base_dir": str(sweep.base_dir),
-        "workdir": str(sweep.workdir)}, indent=2))
+    texts = {SWEEP_FILE: yaml.safe_dump(sweep.resolved(), sort_keys=False),
+             STATE_FILE: json.dumps({"source": str(sweep.source or ""),
+                                     "base_dir": str(sweep.base_dir),
+                                     "workdir": str(sweep.workdir)}, indent=2)}
+    for name, text in texts.items():
+        write_text(out / name, text)
+    _written[Path(out).resolve()] = texts
+
+
+#: What :func:`save` last wrote into each results folder, in this process.
+_written: dict[Path, dict[str, str]] = {}
+
+
+def overwritten(folder: Path) -> list[str]:
+    """The files :func:`save` wrote into ``folder`` in this process that no longer hold
+    what it wrote (a trainer writing into its results folder), written back; their
+    names (empty when none changed, or nothing was saved here)."""
+    from sweeps.state.atomic import write_text
+
+    texts = _written.get(Path(folder).resolve(), {})
+    changed = []
+    for name, text in texts.items():
+        try:
+            same = (Path(folder) / name).read_text(encoding="utf-8") == text
+        except (OSError, UnicodeDecodeError):
+            same = False
+        if not same:
+            write_text(Path(folder) / name, text)
+            changed.append(name)
+    return changed
 
 
 def read(folder: Path, *, import_trainer: bool = True, project: Path | None = None) -> Sweep:

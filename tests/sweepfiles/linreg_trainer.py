@@ -79,6 +79,9 @@ def train(config, report):
             metrics["loss"] = "banana"  # text where a number belongs
         if step == 5 and t.get("fail") == "huge":
             metrics.update(loss=10**400, extra=10**400)  # past a float's range
+        if step == 5 and t.get("scribble"):  # a trainer writing into its results folder
+            with open(t["scribble"], "wb") as fh:
+                fh.write(b"garbage,\x00")
         if t.get("fail") == "raise_late" and step == 5:
             raise ValueError("planted failure at step 5")
         opt.step()
