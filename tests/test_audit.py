@@ -205,6 +205,27 @@ def test_nothing_to_audit(audited, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
+@pytest.mark.slow
+def test_a_folder_the_audit_cannot_write_is_refused_before_any_rerun(audited, tmp_path,
+                                                                    monkeypatch):
+    """On a read-only mount the audit re-ran every trial, then could not write its files.
+    (This account is root here, which writes anywhere: the mount's refusal is injected.)"""
+    import errno
+    import tempfile
+
+    out, _ = audited
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy, ignore=shutil.ignore_patterns("ray", "inductor_cache", "audit*"))
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", read_only)
+    code, printed, err = _cli(tmp_path, "audit", str(copy), "--trust-state")
+    assert code == 2 and "the audit cannot write its files there" in err, err
+    assert "1/" not in printed and not (copy / "audit").exists(), "nothing was re-run"
+
+
 def test_bad_folder_exits_2_and_writes_nothing(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -512,6 +512,21 @@ def markdown(sweep_name: str, result: AuditResult, n_stopped: int, sample: int,
 # ---------------------------------------------------------------- the command
 
 
+def _can_write(folder: Path) -> None:
+    """A SpecError naming DIR when the audit could not write its files into ``folder``
+    (a read-only mount, another user's folder), found before the re-runs spend anything."""
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".audit-check-"):
+            pass
+    except OSError as exc:
+        raise SpecError("DIR", f"{folder}: the audit cannot write its files there "
+                        f"({exc.strerror})", "copy the folder somewhere you can write "
+                        "(cp -a) and audit the copy (with --trust-state: a copy is another "
+                        "folder)") from None
+
+
 def run_audit(folder: Path, *, sample: int = DEFAULT_SAMPLE, steps: int | None = None,
               pruned: bool = False, margin: float = DEFAULT_MARGIN,
               echo: Callable[[str], None] = echo_clean,
@@ -546,6 +561,7 @@ def run_audit(folder: Path, *, sample: int = DEFAULT_SAMPLE, steps: int | None =
         echo(f"nothing to audit: no search trial in {folder / 'trials.csv'} is {kinds}")
         return None
     state_seal.check(folder, trust=trust_state, command="audit")  # its trainer will run
+    _can_write(folder)  # before any re-run: its files go there
     sweep = saved_sweep.read(folder)
     objective = sweep.objectives[0]
     metric, mode = objective.metric, objective.mode
