@@ -165,7 +165,7 @@ def test_sweep_runs_as_a_slurm_job(linreg_dir, slurm_env, capsys):
     assert "clean shutdown: Ray stopped on 1/1 node(s), token removed, exit 0" in log
     assert "(0 process(es) left)" in log
     assert not list((slurm_env / "tokens").glob("ray-token-*"))
-    assert not Path(f"/tmp/sweeps-ray-{job}").exists()
+    assert not list(Path("/tmp").glob(f"sweeps-ray-{job}-*"))
 
 
 @pytest.mark.slow

@@ -260,7 +260,7 @@ def _print_follow(job: str, opts: JobOptions, plan: Plan) -> None:
           f"http://localhost:8265 (head node: first of squeue -j {job} -h -o %N)")
     if opts.auth:
         token_dir = os.environ.get("SWEEPS_TOKEN_DIR", "~/.sweeps")
-        print(f"  token:     {token_dir}/ray-token-{job} while the job runs (Ray token auth)")
+        print(f"  token:     {token_dir}/ray-token-{job}-* while the job runs (Ray token auth)")
     print(f"  cancel:    scancel {job} (the script stops Ray on every node and keeps results)")
     print(f"  continue:  sweeps slurm --resume {plan.results} (after a cancel, a time limit or "
           "a failure; the same options)")
