@@ -69,6 +69,19 @@ def _with_group_knob(folder: Path) -> Path:
     return folder
 
 
+def test_a_key_given_twice_in_a_group_option_names_that_file_and_line(tmp_path: Path) -> None:
+    """The message said only "while constructing a mapping", and its fix to list options
+    that exist."""
+    folder = _with_group_knob(_hydra_linreg(tmp_path))
+    (folder / "conf" / "train" / "slow.yaml").write_text(
+        "lr: 0.01\nsteps: 60\nfail: none\nlr: 0.02\n")
+    with pytest.raises(SpecError) as err:
+        load_sweep(folder / "linreg.yaml", workdir=folder, import_trainer=False)
+    assert err.value.key == "search_space.schedule.choices"
+    assert f"{folder / 'conf' / 'train' / 'slow.yaml'}, line 4: found duplicate key" \
+        in err.value.problem and "fix the YAML of that file" in err.value.fix
+
+
 def test_a_knob_written_to_a_config_group_picks_its_option(tmp_path: Path) -> None:
     """``write_back: {schedule: train}``: ``train`` is a group of the defaults list, so the
     knob picks its option (the whole group changes, as ``train=slow`` on the command line)."""

@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from sweeps.errors import SpecError
 from sweeps.spec.config_paths import get_path
 
@@ -30,6 +32,10 @@ _NOT_PLAIN = {"true", "false", "null", "nan", "inf", "none"}
 def is_hydra(data: Any) -> bool:
     """Whether a base config's YAML is a Hydra primary config (a ``defaults:`` list)."""
     return isinstance(data, Mapping) and isinstance(data.get("defaults"), list)
+
+
+class BadGroupYaml(SpecError):
+    """A config file Hydra read while composing is not valid YAML: its own fix stands."""
 
 
 def compose(path: Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
@@ -52,6 +58,11 @@ def compose(path: Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
         with initialize_config_dir(config_dir=str(path.parent.resolve()), version_base=None,
                                    job_name="sweeps"):
             cfg = hydra_compose(config_name=path.stem, overrides=list(overrides))
+    except yaml.MarkedYAMLError as exc:  # a config file of the group Hydra read
+        mark = exc.problem_mark
+        where = f"{mark.name}, line {mark.line + 1}" if mark is not None else str(path)
+        raise BadGroupYaml("base_config", f"Hydra could not read {where}: {exc.problem}",
+                           "fix the YAML of that file (a key given twice: keep one)") from None
     except Exception as exc:  # Hydra's MissingConfigException, ConfigCompositionException…
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         options = available_options(str(exc))

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sweeps.errors import SpecError
+from sweeps.spec.hydra_config import BadGroupYaml
 from sweeps.spec.space import Categorical, Fixed
 
 #: Most combinations of group options composed for one sweep.
@@ -181,5 +182,6 @@ def compose_variants(path: Path, knobs: Mapping[str, str], space: Mapping[str, A
             knob = (changed or names)[0]
             raise SpecError(f"search_space.{knob}.choices",
                             f"{variant_key(choices)}: {exc.problem}",
+                            exc.fix if isinstance(exc, BadGroupYaml) else
                             "list options that exist in the config group's folder") from None
     return GroupKnobs(dict(knobs), {g: defaults.get(g) for g in knobs.values()}, configs)
