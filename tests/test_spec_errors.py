@@ -399,3 +399,15 @@ def test_try_refuses_the_reserved_sweep_section(linreg_dir, capsys, monkeypatch)
     code, err = _run_cli_argv(linreg_dir, ["try", "linreg.yaml", "--set", "sweep.seed=3"],
                               capsys, monkeypatch)
     assert code == 2 and "--set sweep.seed" in err and "--seed S" in err
+
+
+def test_a_base_value_that_is_text_for_a_numeric_knob_is_said_so(linreg_dir):
+    """`lr: ${oc.env:MY_LR,0.003}` (an interpolation) for a loguniform knob: the note said
+    "a categorical value is not among its choices"."""
+    from sweeps.spec.loader import load_sweep
+
+    path = linreg_dir / "linreg_config.yaml"
+    path.write_text(path.read_text().replace("lr: 0.1", "lr: ${oc.env:MY_LR,0.003}", 1))
+    sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir, import_trainer=False)
+    note = next(n for n in sweep.notes if "lies off the search space" in n)
+    assert "lr: '${oc.env:MY_LR,0.003}' is no number" in note and "categorical" not in note

@@ -627,7 +627,10 @@ def off_space_note(sweep: Sweep) -> str | None:
     start = ("the search starts at the point in the space nearest it ("
              + ", ".join(f"{k}={near:.4g}" for k, (_, near) in off.items()) + ")"
              if all(near is not None for _, near in off.values()) else
-             "the search starts without it (a categorical value is not among its choices)")
+             "the search starts without it (" + "; ".join(
+                 f"{k}: not among its choices" if isinstance(sweep.space[k], Categorical)
+                 else f"{k}: {value!r} is no number (an interpolation counts as text here)"
+                 for k, (value, near) in off.items() if near is None) + ")")
     shown = ", ".join(f"{k}={value!r}" for k, (value, _) in off.items())
     return (f"your base config's {shown} lies off the search space: {start}, and "
             "your base config's own values run on the fresh seeds only, as the reference; "
