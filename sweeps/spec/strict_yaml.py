@@ -70,7 +70,7 @@ def load(text: str) -> Any:
     :data:`MAX_VALUES` values once aliases are expanded.
 
     Example:
-        >>> load("base: &b {lr: 0.1}\nrun: {<<: *b, steps: 5}")["run"]
+        >>> load("base: &b {lr: 0.1}\\nrun: {<<: *b, steps: 5}")["run"]
         {'lr': 0.1, 'steps': 5}
     """
     loader = _UniqueKeyLoader(text)
