@@ -135,10 +135,16 @@ def load(folder: Path, sweep: Sweep) -> WarmStart:
     ours = [(o.metric, o.mode) for o in searched(sweep)]
     if theirs[:len(ours)] != ours:  # a sweep searching quality alone takes its first values
         show = lambda objs: ", ".join(f"{m} ({d})" for m, d in objs)  # noqa: E731
+        added = [m for m, _ in ours if m not in {t for t, _ in theirs}]
+        compile_added = added == ["step_time"] and "compile" in sweep.space and \
+            not sweep.space["compile"].is_fixed()
+        fix = ("this sweep searches compile, which adds step_time as an objective: fix it "
+               "as the earlier sweep did (search_space: {compile: none}, or the mode it "
+               "ran)" if compile_added else "warm-start only from a sweep with the same "
+               "objectives (metrics and directions, in the same order; one that searched "
+               "every objective also seeds budget.search_on: quality)")
         raise SpecError(FLAG, f"{folder} searched {show(theirs)}; this sweep searches "
-                        f"{show(ours)}", "warm-start only from a sweep with the same "
-                        "objectives (metrics and directions, in the same order; one that "
-                        "searched every objective also seeds budget.search_on: quality)")
+                        f"{show(ours)}", fix)
     trials = _earlier_trials(folder, old.name)
     space = optuna_space(sweep.space)
     fixed = fixed_values(old.space)

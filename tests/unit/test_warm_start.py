@@ -165,3 +165,15 @@ def test_unreadable_earlier_sweep_yaml(tmp_path: Path) -> None:
     (folder / "sweep_state.json").write_text("{")
     with pytest.raises(SpecError):
         ws.load(folder, load_linreg(tmp_path / "new2"))
+
+
+def test_searching_compile_says_that_is_what_added_step_time(tmp_path: Path) -> None:
+    """A sweep on the default space searches compile, which adds step_time: warm-starting
+    it from a sweep that fixed compile was refused with no word of why."""
+    _, folder = _earlier(tmp_path)
+    new = load_linreg(tmp_path / "new", search_space={
+        "lr": {"type": "loguniform", "low": 1.0e-4, "high": 1.0},
+        "compile": {"type": "categorical", "choices": ["none", "default"]}},
+        write_back={"lr": "train.lr", "compile": "train.compile"}, new_keys=True)
+    err = _spec_error(folder, new)
+    assert "step_time" in err.problem and "search_space: {compile: none}" in err.fix
