@@ -173,13 +173,24 @@ def at_guess(loss: float, settings: RuleSettings) -> bool:
 #: 0.237, 0.237, then 0.264 against a margin of 0.0125 above 0.25).
 QUALITY_SMOOTHING = 3
 
+#: The margin past the random guess that counts as learnt for a decision that must not
+#: be fooled by one lucky evaluation (``strict``: an LR probe that holds early), in
+#: ``flat_tolerance`` x |baseline|, for the mean of :data:`QUALITY_SMOOTHING` values;
+#: fewer values need more (x sqrt(QUALITY_SMOOTHING / n)). One read of a 10-class
+#: accuracy on 1 024 images at chance varies by +-0.009, nearly twice flat_tolerance x
+#: 0.1: a dead network read 0.112 and 0.100, past the plain margin, and its probe "held".
+QUALITY_MARGIN = 2.0
 
-def quality_learnt(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> bool:
+
+def quality_learnt(history: Sequence[Mapping[str, Any]], settings: RuleSettings,
+                   strict: bool = False) -> bool:
     """Whether the quality objective, the mean of its newest :data:`QUALITY_SMOOTHING`
     reported values, is better than its declared random-guess value
-    (``quality_baseline``) by more than ``flat_tolerance`` x its size: a classifier whose
+    (``quality_baseline``) by more than ``flat_tolerance`` x its size (``strict``: by
+    :data:`QUALITY_MARGIN` times that, more with fewer values): a classifier whose
     accuracy is well above chance while its cross-entropy still sits near ln(classes)
-    (small, well-ordered logits) is learning.
+    (small, well-ordered logits) is learning. The flat rule asks leniently (a false
+    "learnt" only delays its verdict); a probe that would hold on it asks strictly.
 
     Example:
         >>> s = RuleSettings(baseline_loss=0.6931, quality_metric="acc", quality_mode="max",
@@ -190,6 +201,11 @@ def quality_learnt(history: Sequence[Mapping[str, Any]], settings: RuleSettings)
         False
         >>> quality_learnt([{"acc": 0.49}, {"acc": 0.48}, {"acc": 0.55}], s)  # one lucky read
         False
+        >>> chance = RuleSettings(baseline_loss=2.3026, quality_metric="acc",
+        ...                       quality_mode="max", quality_baseline=0.1)
+        >>> reads = [{"acc": 0.1123}, {"acc": 0.0996}]  # a dead network
+        >>> quality_learnt(reads, chance), quality_learnt(reads, chance, strict=True)
+        (True, False)
     """
     metric, guess = settings.quality_metric, settings.quality_baseline
     if metric is None or guess is None:
@@ -199,6 +215,8 @@ def quality_learnt(history: Sequence[Mapping[str, Any]], settings: RuleSettings)
         return False
     value = sum(newest) / len(newest)
     margin = settings.flat_tolerance * abs(guess)
+    if strict:
+        margin *= QUALITY_MARGIN * math.sqrt(QUALITY_SMOOTHING / len(newest))
     return value > guess + margin if settings.quality_mode == "max" else value < guess - margin
 
 

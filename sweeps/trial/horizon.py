@@ -125,7 +125,7 @@ def _at_guess_now(history: History, losses: list[float], settings: RuleSettings)
     newest = losses[-n:] or newest_finite(history, "val_loss", 0, n)
     return bool(newest) and \
         flat_at_baseline.at_guess(math.fsum(newest) / len(newest), settings) and \
-        not flat_at_baseline.quality_learnt(history, settings)
+        not flat_at_baseline.quality_learnt(history, settings, strict=True)
 
 
 def _collapsed_now(history: History, settings: RuleSettings) -> bool:

@@ -133,3 +133,18 @@ def test_a_probe_sitting_at_the_random_guess_does_not_hold_until_the_rule_can_te
                                            "quality_baseline": 0.333})
     assert horizon.quiet([*stuck[:-1], dict(stuck[-1], acc=0.9)], accurate)
     assert horizon.quiet(stuck, settings.model_copy(update={"disabled": ["flat_at_baseline"]}))
+
+
+def test_two_chance_reads_of_an_accuracy_do_not_make_a_dead_network_hold():
+    """A 10-class CNN dead at lr 0.23 (loss at ln 10, dead ReLUs) read val_acc 0.112 and
+    0.100, whose mean passed the flat rule's margin above chance (0.1 + 0.05 x 0.1): its
+    LR probe held, and the stability probe put the edge above it."""
+    settings = RuleSettings(baseline_loss=2.3026, flat_patience=100, warmup_steps=8,
+                            quality_metric="val_acc", quality_mode="max",
+                            quality_baseline=0.1)
+    dead = [{"step": s, "loss": 2.3026, "grad_norm": 0.1} for s in range(1, 121)]
+    dead[59]["val_acc"], dead[119]["val_acc"] = 0.1123, 0.0996
+    assert not horizon.quiet(dead, settings)
+    learnt = [dict(r) for r in dead]
+    learnt[59]["val_acc"], learnt[119]["val_acc"] = 0.35, 0.6
+    assert horizon.quiet(learnt, settings)
