@@ -83,9 +83,18 @@ def test_driver_killed_mid_sweep_resumes_without_losing_trials(linreg_dir, monke
     assert main(["resume", str(out), "--quiet", "--project", str(project)]) == 0
     assert not original.exists(), "nothing is written where the folder used to be"
     # Ray Tune gives back the progress lines the run was started with: muted by --quiet
-    assert not re.search(r"^\[\d+/10\]", capsys.readouterr().err, re.MULTILINE)
+    resumed_err = capsys.readouterr().err
+    assert not re.search(r"^\[\d+/10\]", resumed_err, re.MULTILINE)
 
     trials = read_results_csv(out / "trials.csv")
+    # a running search trial that did not come back (replaced by a new sample) is named
+    gone = {p.name.split(".")[0] for p in (out / "trials").glob("*.jsonl.interrupted")
+            if json.loads(p.read_text().splitlines()[0])["trial"]["role"] == "search"}
+    replaced = sorted(gone - set(trials["trial_id"]))
+    for trial_id in replaced:
+        assert trial_id in resumed_err and "new samples took their place" in resumed_err
+    if not replaced:
+        assert "new samples took their place" not in resumed_err
     search = trials[trials["role"] == "search"]
     # Ray Tune saves its state every 2 s: a trial that finished after the last save is
     # kept from the journal and counts towards budget.trials; one that was running when

@@ -228,10 +228,17 @@ def _execute(sweep: Sweep, *, address: str | None, progress: bool, tracking_uri:
              resume: bool) -> SweepOutcome:
     with books_of(sweep):  # Ray Tune's restored state binds to this folder, wherever it was
         book = open_book(sweep)
-        if resume:
-            book.set_aside_unfinished()
+        roles = {t: rec.role for t, rec in book.trials.items()}
+        set_aside = book.set_aside_unfinished() if resume else []
         with ray_running(address):
             run_search(sweep, book, progress=progress, resume=resume)
+            replaced = [t for t in set_aside if t not in book.trials and roles[t] == SEARCH]
+            if replaced:
+                echo_stderr(
+                    f"note: {len(replaced)} trial(s) running when the sweep stopped had "
+                    "started after Ray Tune's last save of its state, so they did not come "
+                    f"back and new samples took their place: {', '.join(replaced)} (what "
+                    "they had run: trials/<id>.jsonl.interrupted)")
             inert = sweep_problem(book.trials.values(), trainer_metrics(sweep),
                                   sweep.spec.rules)
             if inert is not None:
