@@ -127,6 +127,8 @@ def log_sweep(sweep: Sweep, book: TrialBook, selection_tags: dict[str, dict[str,
 
     target = tracking_uri(sweep, uri)
     check_reachable(target)
+    # MLflow prints a "View run ... at: URL" line per run to a server: one per trial
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     names = metric_names(key for rec in book.trials.values() for entry in rec.history
                          for key in entry if key != "step")
     renamed = {k: v for k, v in names.items() if k != v}
