@@ -340,3 +340,23 @@ def test_a_new_grid_keeps_the_previous_grids_files(tmp_path):
     assert probe.name.startswith("probe-") and (probe / "boundary.md").read_text() == \
         "boundary.md"
     assert not (out / "boundary.md").exists()
+
+
+def test_the_recommendation_names_the_same_boundary_as_the_grid():
+    """The grid's boundary line said "between 0.2154 and 1" (its last cell before the
+    cliff was too slow), the recommendation "between 0.0464 (stable) and 1"."""
+    guess = math.log(10)
+
+    def cell(lr: float, loss: float, status: str = "ok") -> stability.Cell:
+        history = [{"step": k, "loss": 2.5 if k < 5 else loss} for k in range(1, 151)]
+        runs = [TrialRecord(trial_id=f"{lr}-{s}", values={"lr": lr}, seed=s, status=status,
+                            history=history, reason="non_finite" if status != "ok" else None)
+                for s in (0, 1)]
+        return stability.Cell((lr,), runs, guess=(guess, 0.05))
+
+    rows = [cell(0.01, 0.5), cell(0.0464, 0.4), cell(0.2154, guess), cell(1.0, 9.0, "unstable")]
+    assert [c.verdict() for c in rows] == ["stable", "stable", "too slow", "explodes"]
+    assert stability.boundary(rows)[0].key == (0.2154,)
+    _, why = stability.recommend(rows)
+    assert why.startswith("boundary between 0.2154 (too slow) and 1 (explodes); the last "
+                          "stable value below it is 0.0464"), why

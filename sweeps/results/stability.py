@@ -255,6 +255,10 @@ def recommend(rows: list[Cell], quality: Quality | None = None) -> tuple[Any, st
     if not isinstance(edge, (int, float)):
         return edge, f"the last stable value before the boundary is {edge}"
     where = f"boundary between {edge:g} (stable) and {above.key[0]:g} ({above.verdict()})"
+    if below is not None and below.key[0] != edge and isinstance(below.key[0], (int, float)):
+        where = (f"boundary between {below.key[0]:g} ({below.verdict()}) and "
+                 f"{above.key[0]:g} ({above.verdict()}); the last stable value below it is "
+                 f"{edge:g}")
     safe = [c for c in stable if isinstance(c.key[0], (int, float))
             and c.key[0] <= edge / SAFETY_MARGIN]
     if safe:
