@@ -127,7 +127,7 @@ def test_driver_killed_mid_sweep_resumes_without_losing_trials(linreg_dir, monke
     out.rename(again)
     capsys.readouterr()
     assert main(["resume", str(again), "--quiet", "--tolerance", "0.5"]) == 0
-    assert "logging to the store it carries now" in capsys.readouterr().err
+    assert "logged to the store it carries now" in capsys.readouterr().err
     assert yaml.safe_load((again / "sweep.yaml").read_text())["confirm"]["tolerance"] == 0.5
     assert not out.exists(), "no MLflow store re-created where the folder used to be"
     client = MlflowClient(f"sqlite:///{again / 'mlflow.db'}")

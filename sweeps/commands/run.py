@@ -177,10 +177,16 @@ def resume_sweep(folder: Path, *, address: str | None = None, progress: bool = T
         if tolerance is not None:
             sweep = with_tolerance(sweep, tolerance)
             save_resolved(sweep)
+        logged_to = None
         if tracking_uri is None and not os.environ.get("MLFLOW_TRACKING_URI"):
             tracking_uri = earlier_tracking_uri(folder / TRACKING_NOTE)
+            logged_to = _tracking_note(folder / TRACKING_NOTE)[0]
         outcome = _execute(sweep, address=address, progress=progress,
                            tracking_uri=tracking_uri, resume=True)
+        if logged_to and tracking_uri and moved_store(logged_to, folder) == tracking_uri \
+                and logged_to != tracking_uri:
+            echo_stderr(f"note: this folder was logged to {logged_to}, its own MLflow store "
+                        f"where it was then; logged to the store it carries now, {tracking_uri}")
         if trust_state:  # vouched for and resumed: this account's folder from now on
             state_seal.seal(folder)
         return outcome
@@ -356,9 +362,7 @@ def earlier_tracking_uri(note: Path) -> str | None:
     if parent is None:
         return None
     moved = moved_store(uri, note.parent)
-    if moved != uri:
-        echo_stderr(f"note: this folder was logged to {uri}, its own MLflow store where it "
-                    f"was then; logging to the store it carries now, {moved}")
+    if moved != uri:  # said once the resume has run (:func:`resume_sweep`)
         return moved
     if uri and MASK in uri:
         echo_stderr(f"note: this sweep was logged to {uri} before; its credentials are not "
