@@ -54,6 +54,8 @@ SEED_KEY: Final = "_seed"  # the trial's seed
 LR_SCALE_KEY: Final = "_lr_scale"  # LR × this inside the trial (the confirmation probe)
 ROLE_KEY: Final = "_role"  # one of the roles above
 RUN_KEY: Final = "_run"  # a fixed re-run's whole config, as Ray Tune's grid entry
+#: an earlier sweep's best config a warm start queued first: ASHA records it, never cuts it
+WARM_BEST_KEY: Final = "_warm_best"
 # flat_at_baseline's patience of a fresh-seed re-run whose candidate's own search run sat at
 # the random guess before it learnt (sweeps.rules.flat_at_baseline.left_band_at)
 FLAT_PATIENCE_KEY: Final = "_flat_patience"

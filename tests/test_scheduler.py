@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 from ray.tune.schedulers import TrialScheduler
 
+from sweeps.protocol import WARM_BEST_KEY
 from sweeps.record.book import TrialBook
 from sweeps.spec.loader import load_sweep
 from sweeps.tune import compat
@@ -127,3 +128,24 @@ def test_a_resumed_sweep_rebuilds_the_rungs_from_its_trials(linreg_dir):
     resumed.on_trial_add(None, late)
     assert resumed.on_trial_result(None, late, {"step": 75, "val_loss": 0.9}) == \
         TrialScheduler.STOP, "behind the top third of the rung, as before the resume"
+
+
+def test_an_earlier_best_queued_by_a_warm_start_is_recorded_at_the_rung_not_cut(linreg_dir):
+    """The config a warm start queued first (``WARM_BEST_KEY`` in its Ray config) runs its
+    full length behind the rung's leader, where a plain trial with the same value is cut;
+    its value still counts at the rung for the trials after it."""
+    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir))
+    asha = _asha(book)
+    trials = {"good": SimpleNamespace(trial_id="good", config={}),
+              "plain": SimpleNamespace(trial_id="plain", config={}),
+              "earlier": SimpleNamespace(trial_id="earlier", config={WARM_BEST_KEY: 7})}
+    for trial in trials.values():
+        asha.on_trial_add(None, trial)
+    assert asha.on_trial_result(None, trials["good"], {"step": 75, "val_loss": 0.1}) == \
+        TrialScheduler.CONTINUE
+    assert asha.on_trial_result(None, trials["plain"], {"step": 75, "val_loss": 0.9}) == \
+        TrialScheduler.STOP
+    assert asha.on_trial_result(None, trials["earlier"], {"step": 75, "val_loss": 0.9}) == \
+        TrialScheduler.CONTINUE
+    rung = next(r for m, r in compat.asha_rungs(asha, "earlier") if m == 75)
+    assert rung["earlier"] == -0.9, "its value counts at the rung (ASHA keeps higher-better)"

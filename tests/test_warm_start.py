@@ -4,11 +4,13 @@ first sweep's trials (real Ray, real Optuna), never re-runs them, and leaves DIR
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 
 import optuna
 import pytest
 
+from sweeps.protocol import WARM_BEST_KEY
 from sweeps.results.summary import summary
 from sweeps.results.warm_start import BEST_ATTR, SOURCE_ATTR, directions
 from sweeps.spec.loader import load_sweep
@@ -101,6 +103,12 @@ def test_the_search_starts_at_the_earlier_best_then_tpe_takes_over(sweeps):
     assert own[0].params == best.params, "the search starts at the earlier best"
     assert own[0].user_attrs[BEST_ATTR] == best.user_attrs["warm_start_trial"]
     assert BEST_ATTR not in own[1].user_attrs
+    configs = [json.loads(t[0])["config"] for state in (second / "ray").glob("experiment_state*")
+               for t in json.loads(state.read_text())["trial_data"]]
+    marked = [c for c in configs if WARM_BEST_KEY in c]
+    assert [c[WARM_BEST_KEY] for c in marked] == [best.user_attrs["warm_start_trial"]], \
+        "the queued best's Ray config tells ASHA to leave it running"
+    assert marked[0]["lr"] == pytest.approx(best.params["lr"])
     trials = read_results_csv(second / "trials.csv")
     lrs = trials[trials["role"] == "search"]["lr"].tolist()
     assert any(lr == pytest.approx(best.params["lr"]) for lr in lrs), "it ran as a search trial"

@@ -8,7 +8,7 @@ from typing import Any
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 
-from sweeps.protocol import RUN_KEY
+from sweeps.protocol import RUN_KEY, WARM_BEST_KEY
 from sweeps.record.book import TrialBook
 from sweeps.spec.space import warmup_steps
 from sweeps.tune import compat
@@ -68,6 +68,11 @@ def is_rerun(trial: Trial) -> bool:
     return isinstance((getattr(trial, "config", None) or {}).get(RUN_KEY), dict)
 
 
+def is_warm_best(trial: Trial) -> bool:
+    """An earlier sweep's best config that a warm start queued as a search trial."""
+    return (getattr(trial, "config", None) or {}).get(WARM_BEST_KEY) is not None
+
+
 class WatchedASHA(HangWatch, ASHAScheduler):
     """ASHA with the hang watch, counting failed trials at the rung they did not reach.
 
@@ -83,7 +88,10 @@ class WatchedASHA(HangWatch, ASHAScheduler):
     not cut while its LR is still rising (nor while the LR it reports still rises, for a
     warmup no knob describes), nor in the last tenth of its steps (at its last step it
     finished: ok, not pruned). The race's re-runs on fresh seeds are never judged by ASHA
-    (they run their full length, or until a rule stops them).
+    (they run their full length, or until a rule stops them), nor is an earlier sweep's
+    best config a warm start queued first: its reports count at the rungs, and it runs
+    on (a cut on a small gap, with few trials at the rung, would throw away what the
+    earlier sweep found).
     """
 
     def __init__(self, book: TrialBook, timeout: float | None, **asha: Any) -> None:
@@ -121,7 +129,10 @@ class WatchedASHA(HangWatch, ASHAScheduler):
     def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict) -> str:
         if is_rerun(trial) or self._waits(trial, result):
             return TrialScheduler.CONTINUE
-        return super().on_trial_result(tune_controller, trial, result)
+        action = super().on_trial_result(tune_controller, trial, result)
+        if action == TrialScheduler.STOP and is_warm_best(trial):
+            return TrialScheduler.CONTINUE  # recorded at the rung, left to run
+        return action
 
     def _waits(self, trial: Trial, result: dict) -> bool:
         """Whether ASHA leaves this result of a search trial alone: before the trial's own

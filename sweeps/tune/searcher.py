@@ -31,11 +31,12 @@ from sweeps.protocol import (
     RUN_KEY,
     SEARCH,
     STABILITY_CONSTRAINT,
+    WARM_BEST_KEY,
 )
 from sweeps.record.book import TrialBook, TrialRecord
 from sweeps.results.confirm import base_point, nearest_base_point, raced
 from sweeps.results.race import Race, owner_of
-from sweeps.results.warm_start import searched
+from sweeps.results.warm_start import BEST_ATTR, searched
 from sweeps.spec.loader import Sweep
 from sweeps.spec.space import central_value, contains, optuna_space
 from sweeps.state.layout import STUDY_FILE
@@ -200,11 +201,22 @@ class StabilityAwareSearch(OptunaSearch):
                 self._race_runs[trial_id] = owner_of(run[ROLE_KEY]) or ""
                 return {RUN_KEY: run}
         if search_open:
-            return super().suggest(trial_id)
+            return self._new_config(trial_id)
         if in_flight:
             return None
         self.settle_deferred()
         return Searcher.FINISHED
+
+    def _new_config(self, trial_id: str) -> dict | str | None:
+        """Optuna's next search config; an earlier sweep's best that a warm start queued
+        (:func:`sweeps.results.warm_start.seed_study`) carries ``WARM_BEST_KEY``, so ASHA
+        lets it run its full length."""
+        config = super().suggest(trial_id)
+        ot_trial = compat.optuna_search_trials(self).get(trial_id)
+        if isinstance(config, dict) and ot_trial is not None and \
+                BEST_ATTR in ot_trial.user_attrs:
+            config[WARM_BEST_KEY] = ot_trial.user_attrs[BEST_ATTR]
+        return config
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         """Intermediate values (single objective only) where the metric was reported."""
