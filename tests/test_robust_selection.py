@@ -598,3 +598,27 @@ def test_the_lr_probe_holds_once_the_rules_could_tell(linreg_dir, ray_session):
     assert list(fresh["status"]) == ["ok"] and list(fresh["steps"]) == [100]
     pareto = read_results_csv(out / "pareto.csv")
     assert pareto.iloc[0]["selection"] == "confirmed" and pareto.iloc[0]["lr_margin"] == "wide"
+
+
+def test_a_racer_screened_during_the_search_and_then_not_settled_is_listed(linreg_dir):
+    """Two racers ran their screen (the first fresh seed) during the search; with
+    ``confirm.keep: 1`` the leader is settled and the other's race stops. It is still a
+    candidate the race judged: listed ``incomplete`` with its seed and why the rest of its
+    ladder did not run, not left out of pareto.csv."""
+    offline = _Offline(linreg_dir, lambda lr, seed: 0.01 + abs(lr - 0.05) + 0.001 * seed,
+                       budget={"trials": 8},
+                       confirm={"seeds": 2, "lr_probe": 0, "keep": 1, "max_candidates": 8})
+    for trial_id, lr in (("s0", 0.05), ("s1", 0.1), ("s2", 0.2)):
+        offline.add(trial_id, lr)
+    for trial_id, lr in (("s0", 0.05), ("s1", 0.1)):  # the race's screens
+        offline.add(f"screen-{trial_id}", lr, seed=1, role=f"confirm:{trial_id}")
+    chosen = offline.select(["s0", "s1", "s2"])
+
+    assert [c.trial_id for c in chosen.handed_over][:1] == ["s0"]
+    left = {c.trial_id: c for c in chosen.candidates if c.verdict == "incomplete"}
+    assert set(left) == {"s1"}, "s2 never raced: no candidate row"
+    assert [r.seed for r in left["s1"].runs] == [1]
+    assert left["s1"].fragile_reason.startswith(
+        "not settled: confirm.keep is 1, and 1 candidate(s) ranked ahead of it")
+    assert "1 of 2 confirmation runs recorded" in left["s1"].fragile_reason
+    assert not any(r.role == "confirm:s1" and r.seed == 2 for r in offline.book.trials.values())

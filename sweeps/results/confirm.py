@@ -131,6 +131,9 @@ class Confirmation:
     shared_mean: float | None = None
     #: Those shared fresh seeds (empty when every handed-over config ran the same ones).
     shared_seeds: list[int] = field(default_factory=list)
+    #: Why ``select`` ran no more of its ladder, for a racer it left open (others held
+    #: ahead of it, or the budget ended): its reason says so, not just a count of runs.
+    left_open: str | None = None
     #: Whether it is a search trial (its ``search`` run is on the search seed).
     searched: ClassVar[bool] = True
 
@@ -237,6 +240,9 @@ class Confirmation:
             return "fragile", self._gap_text(spread) + cut
         if done < planned:
             never = f"; never ran: {'; '.join(self.never_ran)}" if self.never_ran else ""
+            if self.left_open is not None:
+                return "incomplete", (f"{self.left_open}; {done} of {planned} confirmation "
+                                      f"runs recorded{never}")
             return "incomplete", f"only {done} of {planned} confirmation runs recorded{never}"
         unreported = [r.seed for r in [self.search, *self.runs] if r.quality is None]
         if unreported:
@@ -798,12 +804,14 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
         return sum(c.holds or c.poor_against is not None or c.behind_base is not None
                    for c in judged if c.trial_id != base_id)
 
+    budget_ended = False
     while queue and found() < conf.keep:
         need = conf.keep - found()
         take = affordable(sweep, book, queue, need)
         if take == 0 and not found():
             take = 1  # nothing the search found holds yet: settle the best remaining one
         if take == 0:
+            budget_ended = True
             spent = book.steps_spent(role=None) + sum(run_cost(sweep, r) for r in base_runs)
             notes.append(f"confirmation stopped after {len(judged)} candidate(s): another "
                          f"round would pass budget.total_steps ({spent} of "
@@ -819,6 +827,7 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
             alive = [r for r in batch if verdict(r).verdict != "fragile"]
             run_stage(plan(sweep, book, alive))
         judged += [verdict(r) for r in batch]
+    judged += _left_open(sweep, [verdict(r) for r in queue if raced(book, r)], budget_ended)
     run_stage(base_runs)
     ref = base_reference(sweep, book)
     own = judge_own_base(sweep, book, ref)
@@ -833,6 +842,19 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
                      key=lambda c: (*c.rank_key(), c.trial_id != base_id, c.trial_id))
     return Selection(holding + [c for c in judged if not c.holds], ref,
                      steps_by_kind(book, base_id), notes, base_id)
+
+
+def _left_open(sweep: Sweep, racers: list[Confirmation],
+               budget_ended: bool) -> list[Confirmation]:
+    """Racers the search's race gave fresh seeds that ``select`` settled no further: listed
+    in pareto.csv as ``incomplete``, with their seeds and why the rest did not run."""
+    keep = sweep.spec.confirm.keep
+    why = ("not settled: the step budget ended (budget.total_steps)" if budget_ended else
+           f"not settled: confirm.keep is {keep}, and {keep} candidate(s) ranked ahead "
+           "of it by their seeds were settled first")
+    for c in racers:
+        c.left_open = why
+    return racers
 
 
 def pair_on_shared_seeds(holding: list[Confirmation]) -> list[Confirmation]:
