@@ -98,9 +98,15 @@ def test_a_trainer_writing_over_sweep_yaml_does_not_lose_the_sweep(linreg_dir, c
     assert "sweep.yaml changed while the sweep ran" in capfd.readouterr().err
     assert load_sweep(saved, workdir=linreg_dir, import_trainer=False).name == "linreg"
     assert run_cli_in(linreg_dir, "report", str(saved.parent)) == 0
-    from sweeps.state import seal
+    from sweeps.state import saved_sweep, seal
 
     seal.check(saved.parent)  # sealed over what was written back: resume takes it
+    # a resume reads the sweep (it saves nothing): what it read is what it writes back
+    text = saved.read_text()
+    saved_sweep.read(saved.parent, import_trainer=False)
+    saved.write_text("garbage: [")
+    assert saved_sweep.overwritten(saved.parent) == ["sweep.yaml"]
+    assert saved.read_text() == text
 
 
 @pytest.mark.parametrize("fail", ["sys_exit", "os_exit", "named_exit"])

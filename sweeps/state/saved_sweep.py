@@ -36,14 +36,15 @@ def save(sweep: Sweep) -> None:
     _written[Path(out).resolve()] = texts
 
 
-#: What :func:`save` last wrote into each results folder, in this process.
+#: What :func:`save` last wrote (or :func:`read` last read) in each results folder, in
+#: this process.
 _written: dict[Path, dict[str, str]] = {}
 
 
 def overwritten(folder: Path) -> list[str]:
-    """The files :func:`save` wrote into ``folder`` in this process that no longer hold
-    what it wrote (a trainer writing into its results folder), written back; their
-    names (empty when none changed, or nothing was saved here)."""
+    """The files :func:`save` wrote (or :func:`read` read: a resume) in ``folder`` in this
+    process that no longer hold that text (a trainer writing into its results folder),
+    written back; their names (empty when none changed, or nothing was saved here)."""
     from sweeps.state.atomic import write_text
 
     texts = _written.get(Path(folder).resolve(), {})
@@ -93,6 +94,8 @@ def read(folder: Path, *, import_trainer: bool = True, project: Path | None = No
             raise
         raise SpecError("trainer", exc.problem, f"{exc.fix}; if the project moved: sweeps "
                         f"resume {folder} --project PATH") from None
+    _written[folder] = {name: (folder / name).read_text(encoding="utf-8")
+                        for name in (SWEEP_FILE, STATE_FILE)}  # a resume checks them at its end
     return replace(sweep, output_dir=folder, source=Path(src) if src else None)
 
 
