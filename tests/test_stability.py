@@ -10,6 +10,7 @@ clean validation loss gets clearly worse with the LR long before that.
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -360,3 +361,34 @@ def test_the_recommendation_names_the_same_boundary_as_the_grid():
     _, why = stability.recommend(rows)
     assert why.startswith("boundary between 0.2154 (too slow) and 1 (explodes); the last "
                           "stable value below it is 0.0464"), why
+
+
+def test_a_seed_at_the_guess_above_an_lr_that_learnt_is_dead_not_too_slow():
+    """A CNN grid: at lr 0.2154 one seed learnt (0.864) and the other sat at the random
+    guess until flat_at_baseline stopped it; the cell read ``too slow`` and the boundary
+    went past it, while the boundary probe failed that very run. Above an LR whose seeds
+    all learnt, such a seed failed: the cell is ``borderline`` (``dead`` when most did),
+    and the boundary sits below it. Below every LR that learnt it stays too slow."""
+    guess = math.log(10)
+
+    def run(lr: float, seed: int, loss: float, status: str = "ok") -> TrialRecord:
+        history = [{"step": k, "loss": 2.5 if k < 5 else loss} for k in range(1, 151)]
+        return TrialRecord(trial_id=f"{lr}-{seed}", values={"lr": lr}, seed=seed,
+                           status=status, role=stability.ROLE, history=history,
+                           reason=None if status == "ok" else "flat_at_baseline")
+
+    runs = [run(1e-4, 0, guess, "unstable"), run(1e-4, 1, guess, "unstable"),
+            run(0.01, 0, 0.5), run(0.01, 1, 0.5), run(0.0464, 0, 0.4), run(0.0464, 1, 0.4),
+            run(0.2154, 0, 0.6), run(0.2154, 1, guess, "unstable"),
+            run(1.0, 0, guess, "unstable"), run(1.0, 1, guess)]
+    rules = SimpleNamespace(baseline_loss=guess, flat_tolerance=0.05)
+    book = SimpleNamespace(trials={r.trial_id: r for r in runs},
+                           sweep=SimpleNamespace(spec=SimpleNamespace(rules=rules)))
+    rows = stability.cells(book, "lr", None)
+    assert [c.verdict() for c in rows] == ["too slow", "stable", "stable", "borderline", "dead"]
+    below, above = stability.boundary(rows)
+    assert below.key == (0.0464,) and above.key == (0.2154,)
+    _, why = stability.recommend(rows)
+    assert why.startswith("boundary between 0.0464 (stable) and 0.2154 (borderline)"), why
+    assert [c.verdict() for c in stability.cells(book, "dropout", None)][-1] == "too slow", \
+        "over another knob a seed at the guess is slowness"

@@ -110,6 +110,9 @@ class Cell:
     #: ``(baseline_loss, flat_tolerance)`` of the sweep: a run that ends in that band sits
     #: at the random guess, whatever it started from.
     guess: tuple[float, float] | None = None
+    #: An LR cell above one whose seeds all learnt: a run of it that sat at the random
+    #: guess is dead there (a higher LR will not help), not too slow (set by :func:`cells`).
+    above_learning: bool = False
 
     @property
     def stable_share(self) -> float:
@@ -144,28 +147,40 @@ class Cell:
     def verdict(self) -> str:
         """crashed when the trainer raised on every seed (an error, not instability);
         explodes / borderline by the share of seeds that failed hard; else too slow (not
-        learning, or ended at the random guess: :meth:`at_guess`) or stable."""
+        learning, or ended at the random guess: :meth:`at_guess`) or stable. Above an LR
+        whose seeds all learnt (:attr:`above_learning`), a seed flat at the guess failed:
+        ``dead`` when that is more than half of them, else ``borderline``."""
         if self.runs and all(r.status == CRASH for r in self.runs):
             return "crashed"
         hard = [r for r in self.runs if r.failed and not slow(r.reason, r.evidence)]
-        if hard:
-            return "explodes" if len(hard) > len(self.runs) / 2 else "borderline"
+        dead = [r for r in self.runs if r not in hard and
+                (r.failed or self._run_at_guess(r))] if self.above_learning else []
+        if hard or dead:
+            if len(hard) + len(dead) <= len(self.runs) / 2:
+                return "borderline"
+            return "explodes" if len(hard) >= len(dead) else "dead"
         if any(r.failed for r in self.runs) or not self.loss_decreased() or \
                 self.at_guess():
             return "too slow"
         return "stable"
 
+    def _run_at_guess(self, run: TrialRecord) -> bool:
+        """A stable run whose last tenth of losses sits in the random-guess band."""
+        if self.guess is None or run.status != OK:
+            return False
+        baseline, tolerance = self.guess
+        losses = objectives.series(run.history, "loss")
+        if not losses:
+            return False
+        tail = statistics.fmean(losses[-max(1, len(losses) // 10):])
+        return abs(tail - baseline) <= tolerance * abs(baseline)
+
     def at_guess(self) -> bool:
         """Every stable run's last tenth of losses averages within the flat band of the
         random guess: a loss that started above it (1.78 against ln 4) and fell to it
         decreased, and learnt nothing."""
-        if self.guess is None:
-            return False
-        baseline, tolerance = self.guess
-        stable = [objectives.series(r.history, "loss") for r in self.runs if r.status == OK]
-        tails = [statistics.fmean(s[-max(1, len(s) // 10):]) for s in stable if s]
-        return bool(tails) and all(abs(t - baseline) <= tolerance * abs(baseline)
-                                   for t in tails)
+        stable = [r for r in self.runs if r.status == OK and objectives.series(r.history, "loss")]
+        return bool(stable) and all(self._run_at_guess(r) for r in stable)
 
 
 def _decreased(losses: list[float]) -> bool:
@@ -190,6 +205,12 @@ def cells(book: TrialBook, param: str, second: str | None) -> list[Cell]:
             continue
         key = (rec.values.get(param),) + ((rec.values.get(second),) if second else ())
         grouped.setdefault(key, Cell(key, guess=guess)).runs.append(rec)
+    if param == "lr":  # a seed at the guess above an LR that learnt is dead, not slow
+        for cell in grouped.values():
+            cell.above_learning = any(
+                c.key[1:] == cell.key[1:] and isinstance(c.key[0], (int, float)) and
+                isinstance(cell.key[0], (int, float)) and c.key[0] < cell.key[0] and
+                c.verdict() == "stable" for c in grouped.values())
     return list(grouped.values())
 
 
@@ -201,7 +222,7 @@ def boundary(rows: list[Cell]) -> tuple[Cell | None, Cell | None]:
         v = cell.verdict()
         if v in ("stable", "too slow"):
             last_ok = cell
-        elif last_ok is not None and v in ("explodes", "borderline"):
+        elif last_ok is not None and v in ("explodes", "borderline", "dead"):
             return last_ok, cell
     return last_ok, None
 
@@ -492,7 +513,7 @@ def draw_map(rows: list[Cell], names: list[str], path, quality: Quality | None =
     import matplotlib.pyplot as plt
 
     colours = {"stable": "#2a9d8f", "stable, poor": "#8ab17d", "too slow": "#e9c46a",
-               "borderline": "#f4a261", "explodes": "#e76f51",
+               "borderline": "#f4a261", "explodes": "#e76f51", "dead": "#264653",
                "crashed": "#6d597a"}
     marks = verdicts(rows, quality)
     xs = sorted({c.key[0] for c in rows}, key=_order)
