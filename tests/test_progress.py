@@ -195,3 +195,26 @@ def test_a_resumed_sweep_counts_on_and_prints_no_trial_twice(linreg_dir, capsys)
     lines = [line for line in err.splitlines() if line.startswith("[")]
     assert len(lines) == 1 and lines[0].startswith("[3/4] c ok"), err
     assert "best val_loss 0.2 (b)" in err
+
+
+def test_a_resumed_sweep_times_only_the_steps_it_ran_itself(linreg_dir):
+    """After ``sweeps resume`` the time left came out 4-20x too short: the steps run before
+    the interrupt were divided into the resumed driver's training time."""
+    import pickle
+
+    from sweeps.record.book import books_of, open_book
+
+    sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir)
+    with books_of(sweep):
+        book = open_book(sweep)
+        progress = ProgressLines(book, 4, console=Console(file=io.StringIO(), width=200))
+        saved = pickle.dumps(progress)
+        _feed(progress, book, _trial("a", 0.1, 20, 0.5))
+        _feed(progress, book, _trial("b", 0.05, 20, 0.4))  # 40 steps before the interrupt
+        restored = pickle.loads(saved)
+        for t in (_trial("c", 0.2, 20, 0.3), _trial("d", 0.3, 20, 0.35)):
+            _feed(restored, book, t)
+            restored.first_result = 0.0  # set at its first result: training began at 0
+    # 40 steps of its own in 10 s: 0.25 s a step, for the race's 7 x 60 steps still to run
+    assert book.sweep.confirm_steps == 7 * 60
+    assert restored.eta(now=10.0)[1] == 0.25 * 7 * 60

@@ -46,6 +46,9 @@ class ProgressLines(Callback):
         self._last_draw = 0.0
         self.start = time.monotonic()
         self.first_result: float | None = None  # when training began (Ray, data, compile done)
+        #: steps and finished trials before this process's first result (a resumed sweep's
+        #: earlier runs, which took none of this process's wall time)
+        self._before: tuple[int, int] = (0, 0)
         self.done = 0
         self.running = 0
         self.counts: Counter[str] = Counter()
@@ -82,6 +85,8 @@ class ProgressLines(Callback):
         book, which holds what finished since that state was saved."""
         self.__dict__.update(state)
         self.__dict__.setdefault("_seen", set())
+        self.start, self.first_result = time.monotonic(), None  # this process's clock
+        self._before = (0, 0)
         self._catch_up()
 
     # -- Ray Tune hooks
@@ -94,6 +99,7 @@ class ProgressLines(Callback):
                         **info: Any) -> None:
         if self.first_result is None:
             self.first_result = time.monotonic()
+            self._before = (self._all_spent(), self.done)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._finished(trial)
@@ -232,14 +238,15 @@ class ProgressLines(Callback):
     def _rate(self, now: float) -> float:
         """Wall seconds per training step since the first result: per trial in a
         confirmation stage (its runs are alike), per step in the search (NaN until
-        ``budget.concurrent`` trials finished)."""
+        ``budget.concurrent`` trials finished). Only what this process ran counts: a
+        resumed sweep's earlier steps took none of its time."""
         training = now - self.first_result if self.first_result is not None else 0.0
-        if training <= 0 or not self.done:
+        spent, done = self._all_spent() - self._before[0], self.done - self._before[1]
+        if training <= 0 or done <= 0:
             return math.nan
         if self.stage is not None:
-            return training / self.done
-        spent = self._all_spent()
-        if self.done < max(1, self.book.sweep.spec.budget.concurrent) or not spent:
+            return training / done
+        if done < max(1, self.book.sweep.spec.budget.concurrent) or spent <= 0:
             return math.nan
         return training / spent
 
