@@ -96,6 +96,14 @@ CASES = {
         dropuot={"type": "uniform", "low": 0.0, "high": 0.4}),
         d["write_back"].update(dropout="train.lr")), "search_space.dropuot",
         "did you mean 'dropout'? Use one name in both places"),
+    "a knob of your own spelt two ways": (lambda d: (d["search_space"].update(
+        sched={"type": "categorical", "choices": ["a", "b"]}),
+        d["write_back"].update(shed="train.sched")), "write_back.shed",
+        "rename write_back.shed to 'sched', or search_space.sched to 'shed'"),
+    "a knob written to a section another knob writes inside": (lambda d: (
+        d["search_space"].update(dropout={"type": "uniform", "low": 0.0, "high": 0.3}),
+        d["write_back"].update(lr="train", dropout="train.lr")), "write_back.lr",
+        "'train' is a section holding 'train.lr' (knob dropout)"),
     "a knob name misspelt in write_back": (lambda d: d["write_back"].update(
         {"lrr": d["write_back"].pop("lr")}), "write_back.lrr", "did you mean 'lr'?"),
     "a knob key misspelt": (lambda d: d["search_space"].update(

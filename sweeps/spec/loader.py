@@ -1053,12 +1053,20 @@ def _check_write_back(write_back: dict[str, str], space: dict[str, _Knob],
             near = difflib.get_close_matches(knob, unmapped, n=1) or \
                 difflib.get_close_matches(knob, list(space), n=1)
             if near and near[0] in unmapped and near[0] not in DEFAULT_KNOBS:
-                # two spellings of one knob: the misspelt one is the one sweeps does not know
-                raise SpecError(f"search_space.{near[0]}", f"has no write_back entry, and "
-                                f"write_back maps '{knob}', a knob the search space lacks",
-                                f"did you mean '{knob}'? Use one name in both places")
+                # two spellings of one knob: the misspelt one is the one sweeps does not
+                # know; of two names of your own, either may be
+                if knob in DEFAULT_KNOBS:
+                    raise SpecError(f"search_space.{near[0]}", f"has no write_back entry, "
+                                    f"and write_back maps '{knob}', a knob the search space "
+                                    f"lacks", f"did you mean '{knob}'? Use one name in both "
+                                    "places")
+                raise SpecError(f"write_back.{knob}", "names no knob of the search space, "
+                                f"and search_space.{near[0]} has no write_back entry: one "
+                                "knob spelt two ways?", f"use one name in both places: "
+                                f"rename write_back.{knob} to '{near[0]}', or "
+                                f"search_space.{near[0]} to '{knob}'")
             hint = f"did you mean '{near[0]}'?" if near else \
-                f"knobs in the search space: {', '.join(space)}"
+                f"knobs in the search space: {', '.join(space)}."
             raise SpecError(f"write_back.{knob}", "names no knob of the search space",
                             f"{hint} Remove the entry or add the knob to the search space")
     for knob in space:
@@ -1085,8 +1093,15 @@ def _check_write_back(write_back: dict[str, str], space: dict[str, _Knob],
                             "be set inside it", f"choose a path that does not pass through "
                             f"'{hit}', or make '{hit}' a mapping")
         for other_knob, other in targets.items():
-            if path == other or path.startswith(other + ".") or other.startswith(path + "."):
-                raise SpecError(key, f"'{path}' overlaps '{other}' (knob {other_knob})",
+            if path.startswith(other + "."):  # the other knob's path is a section: its fault
+                raise SpecError(f"write_back.{other_knob}", f"'{other}' is a section holding "
+                                f"'{path}' (knob {knob}), not a value",
+                                "give each knob its own leaf path")
+            if other.startswith(path + "."):
+                raise SpecError(key, f"'{path}' is a section holding '{other}' (knob "
+                                f"{other_knob}), not a value", "give each knob its own leaf path")
+            if path == other:
+                raise SpecError(key, f"'{path}' is knob {other_knob}'s path too",
                                 "give each knob its own leaf path")
         targets[knob] = path
 
