@@ -400,8 +400,9 @@ def print_selection(outcome) -> None:
     verdicts = Counter(c.verdict for c in chosen.candidates)
     judged = {c.trial_id for c in chosen.candidates}
     unjudged = [r.trial_id for r in outcome.front if r.trial_id not in judged]
-    left = (f" ({len(unjudged)} of the front not judged: the race takes the best "
-            f"confirm.keep by quality; {', '.join(unjudged[:3])}"
+    why = "the step budget ended first (see the note below)" if chosen.budget_ended else \
+        "the race takes the best confirm.keep by quality"
+    left = (f" ({len(unjudged)} of the front not judged: {why}; {', '.join(unjudged[:3])}"
             f"{', …' if len(unjudged) > 3 else ''} in trials.csv)") if unjudged else ""
     console.print(f"Pareto front: {len(outcome.front)} trial(s){left}; "
                   f"{len(chosen.candidates)} candidate(s) judged on fresh seeds: "

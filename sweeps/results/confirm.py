@@ -392,6 +392,8 @@ class Selection:
     notes: list[str] = field(default_factory=list)
     #: The search trial that ran the base config's own values, if one did.
     base_id: str | None = None
+    #: Whether the step budget ended the settling of candidates (a note says so).
+    budget_ended: bool = False
 
     def base_line(self) -> str | None:
         """Said when the top config is the user's own base config."""
@@ -813,12 +815,15 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
         if take == 0:
             budget_ended = True
             spent = book.steps_spent(role=None) + sum(run_cost(sweep, r) for r in base_runs)
+            nxt = queue[0]
+            enough = spent + sum(run_cost(sweep, r) for r in plan(sweep, book, [nxt]))
             notes.append(f"confirmation stopped after {len(judged)} candidate(s): another "
                          f"round would pass budget.total_steps ({spent} of "
-                         f"{sweep.spec.budget.total_steps} spent); raise total_steps to "
-                         "confirm more (`sweeps resume "
-                         f"{shell_word(sweep.output_dir)} --total-steps N` settles them "
-                         "without starting again)")
+                         f"{sweep.spec.budget.total_steps} spent, the base config's runs "
+                         f"still to come included); the next candidate, {nxt.trial_id}, "
+                         f"needs {enough - spent} more: `sweeps resume "
+                         f"{shell_word(sweep.output_dir)} --total-steps {enough}` settles it "
+                         "without starting again (more steps settle more)")
             break
         batch, queue = queue[:take], queue[take:]
         run_stage(plan(sweep, book, batch, "screen") + base_runs)
@@ -841,7 +846,7 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
     holding = sorted(pair_on_shared_seeds([c for c in judged if c.holds]),
                      key=lambda c: (*c.rank_key(), c.trial_id != base_id, c.trial_id))
     return Selection(holding + [c for c in judged if not c.holds], ref,
-                     steps_by_kind(book, base_id), notes, base_id)
+                     steps_by_kind(book, base_id), notes, base_id, budget_ended)
 
 
 def _left_open(sweep: Sweep, racers: list[Confirmation],
