@@ -67,6 +67,11 @@ REASON_KEY: Final = "sweeps/reason"
 STOP_STEP_KEY: Final = "sweeps/stop_step"
 EVIDENCE_KEY: Final = "sweeps/evidence"
 WARNING_KEY: Final = "sweeps/warning"
+#: The warning of a run that ended ok with its smoothed training loss in the random-guess
+#: band from its warmup on (:func:`sweeps.rules.flat_at_baseline.sat_at_guess`).
+LOSS_AT_GUESS: Final = ("loss_at_guess: its training loss sat at the random guess "
+                        "(rules.baseline_loss) from its warmup to its end: by its loss it "
+                        "learnt nothing, whatever its quality objective read")
 TRACEBACK_KEY: Final = "sweeps/traceback"
 FINAL_KEY: Final = "sweeps/final"  # a summary result that repeats the last report
 COMPILE_KEY: Final = "sweeps/compile"  # the trial's compile evidence (JSON), when it changed

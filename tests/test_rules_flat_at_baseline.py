@@ -307,3 +307,34 @@ def test_a_loss_falling_from_far_above_the_guess_is_not_flat(seed):
     values = B * (1.2 + 28.8 * np.exp(-t / 40)) + \
         0.04 * B * np.random.default_rng(seed).standard_normal(300)
     assert first_firing(losses(values)) is None
+
+
+def test_a_run_that_ended_ok_with_its_loss_at_the_guess_carries_a_warning(linreg_dir):
+    """A contrastive encoder's NT-Xent sat at ln(2N - 1) for its whole run while its kNN
+    accuracy (0.66, as initialised) read far above the declared 1 / classes, so the flat
+    rule let it be, and it was confirmed and handed over with no word. A run that ends ok
+    with its smoothed loss in the random-guess band from its warmup on now carries the
+    ``loss_at_guess`` warning (trials.csv, the summary, the YAML header); a run that
+    learnt, or an LR probe, does not."""
+    from sweeps.protocol import FINAL_KEY, LOSS_AT_GUESS, STATUS_KEY
+    from sweeps.record.book import TrialBook
+    from sweeps.spec.loader import load_sweep
+    from tests.conftest import edit_linreg
+
+    # the quality objective reads far better than its declared random guess throughout
+    edit_linreg(linreg_dir, objectives=[{"metric": "val_loss", "mode": "min", "baseline": 1.0}])
+    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir))
+    shapes = {"flat": lambda k: 1.0 + 0.01 * (k % 3), "learnt": lambda k: 1.0 / (1 + k / 10)}
+    for name, loss in shapes.items():
+        for lr_scale in (1.0, 2.0):
+            trial_id = f"{name}-{lr_scale}"
+            config = {"lr": 0.1, **({"_lr_scale": lr_scale} if lr_scale != 1.0 else {})}
+            for k in range(1, 61):
+                book.record(trial_id, {"step": k, "loss": loss(k), "val_loss": 0.3,
+                                       "config": config})
+            book.record(trial_id, {"step": 60, "loss": loss(60), "val_loss": 0.3,
+                                   "config": config, STATUS_KEY: "ok", FINAL_KEY: 1})
+    warned = {t: r.warnings for t, r in book.trials.items()}
+    assert warned["flat-1.0"] == [f"{LOSS_AT_GUESS} at step 60"]
+    assert warned["flat-2.0"] == [] and warned["learnt-1.0"] == [] and warned["learnt-2.0"] == []
+    assert book.trials["flat-1.0"].status == "ok"

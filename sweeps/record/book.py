@@ -26,6 +26,7 @@ from sweeps.protocol import (
     FINAL_KEY,
     FLAT_PATIENCE_KEY,
     GPU_PEAK_KEY,
+    LOSS_AT_GUESS,
     LR_SCALE_KEY,
     OK,
     PRUNED,
@@ -44,6 +45,7 @@ from sweeps.protocol import (
 from sweeps.record import objectives
 from sweeps.record.journal import Journal, JournalDamaged
 from sweeps.record.worker_logs import worker_log_path
+from sweeps.rules import flat_at_baseline
 from sweeps.rules.verdict import Verdict
 from sweeps.spec.loader import Objective, Sweep
 from sweeps.trial.compile import eager_fallback
@@ -290,6 +292,11 @@ class TrialBook:
             self._save_outcome(rec)
         elif status == OK:
             rec.status = OK
+            if rec.lr_scale == 1.0:  # not an LR probe (it ends once the rules could tell)
+                sat = flat_at_baseline.sat_at_guess(rec.history, trial_settings(
+                    self.sweep, rec.values, rec.flat_patience))
+                if sat is not None:
+                    rec.warnings.append(f"{LOSS_AT_GUESS} at step {sat['to_step']}")
             self._save_outcome(rec)
         else:
             verdict = rules.evaluate(rec.history, trial_settings(self.sweep, rec.values,

@@ -12,6 +12,7 @@ import pandas as pd
 
 from sweeps.protocol import (
     BASE_CONFIG,
+    LOSS_AT_GUESS,
     OK,
     SELECTION,
     SELECTION_REASON,
@@ -229,9 +230,16 @@ def provenance(sweep: Sweep, chosen: Selection, rank: int, conf: Confirmation,
     line = chosen.base_line() if rank == 1 else None
     if line:  # "your base config: held and nothing beat it: …"
         out["your base config"] = line.removeprefix("your base config ")
-    warning = chosen.base_warning() if rank == 1 else None
-    if warning:
-        out["WARNING"] = warning
+    warnings = [chosen.base_warning() if rank == 1 else None]
+    if any(w.startswith(LOSS_AT_GUESS) for w in rec.warnings):
+        warnings.append(f"its training loss sat at the random guess (rules.baseline_loss "
+                        f"{sweep.spec.rules.baseline_loss:g}) from its warmup to its end on "
+                        f"the search seed: by its loss it learnt nothing; its {metric} is "
+                        "what the model scores barely trained (if the quality objective's "
+                        "baseline is below what an untrained model scores, e.g. 1 / classes "
+                        "for a probe on learnt features, raise it to that)")
+    if any(warnings):
+        out["WARNING"] = "; ".join(w for w in warnings if w)
     return out
 
 

@@ -220,6 +220,47 @@ def quality_learnt(history: Sequence[Mapping[str, Any]], settings: RuleSettings,
     return value > guess + margin if settings.quality_mode == "max" else value < guess - margin
 
 
+def sat_at_guess(history: Sequence[Mapping[str, Any]],
+                 settings: RuleSettings) -> dict[str, Any] | None:
+    """Evidence that a run's smoothed training ``loss`` never left the random-guess band
+    (:func:`at_guess`) after its warmup, over at least ``flat_patience`` steps, else None.
+    Said of a run that ended without a verdict: the flat rule let it be because its
+    quality objective read better than its declared baseline (an embedding's kNN accuracy
+    as initialised, far above 1 / classes) or its loss still crept down, yet by its loss
+    it learnt nothing.
+
+    Example:
+        >>> s = RuleSettings(baseline_loss=4.844, smoothing=5, flat_patience=50)
+        >>> flat = [{"step": k, "loss": 4.84 + 0.01 * (k % 3)} for k in range(1, 201)]
+        >>> sat_at_guess(flat, s)["to_step"]
+        200
+        >>> sat_at_guess([{"step": k, "loss": 4.84 - k / 50} for k in range(1, 201)], s)
+    """
+    if settings.baseline_loss is None:
+        return None
+    span = max(1, settings.smoothing)
+    window: deque[float] = deque(maxlen=span)
+    first = last = None
+    total = 0.0
+    count = 0
+    for i, report in enumerate(history):
+        value, step = finite_num(report, "loss"), step_of(report, i)
+        if value is None or step <= settings.warmup_steps:
+            continue
+        window.append(value)
+        if len(window) < span:
+            continue
+        smoothed = sum(window) / span
+        if not at_guess(smoothed, settings):
+            return None
+        first = step if first is None else first
+        last, total, count = step, total + smoothed, count + 1
+    if first is None or last is None or last - first < settings.flat_patience:
+        return None
+    return {"baseline": settings.baseline_loss, "mean_smoothed_loss": total / count,
+            "from_step": first, "to_step": last}
+
+
 def lr_warming(history: Sequence[Mapping[str, Any]], anchor: int) -> bool:
     """Whether the LR the reports carry rises from report ``anchor`` on before it ever
     falls: a warmup no knob describes (OneCycleLR's ``pct_start``, a scheduler's own

@@ -15,11 +15,13 @@ from sweeps.errors import SpecError
 from sweeps.protocol import (
     COMPILE_KEY,
     FINAL_KEY,
+    LOSS_AT_GUESS,
     REASON_KEY,
     RESULT_PREFIX,
     SEED_KEY,
     TRACEBACK_KEY,
 )
+from sweeps.rules.flat_at_baseline import sat_at_guess
 from sweeps.spec.config_paths import get_path, leaf_paths
 from sweeps.spec.loader import RESERVED_KEY, Sweep
 from sweeps.spec.space import Categorical, Fixed, IntRange, LogUniform, Uniform, central_value
@@ -193,6 +195,12 @@ def try_trial(sweep: Sweep, sets: dict[str, Any], *, steps: int | None = None,
         console.print(text.rstrip())
     if reporter.verdict is None:
         console.print(f"no rule fired over {len(reporter.history)} reports: stable")
+        sat = sat_at_guess(reporter.history, reporter.settings)
+        if sat is not None:
+            console.print(flagged("warning", f": {LOSS_AT_GUESS} (smoothed loss "
+                                  f"{sat['mean_smoothed_loss']:.4g} from step "
+                                  f"{sat['from_step']} to {sat['to_step']}, the random guess "
+                                  f"{sat['baseline']:g})"))
     elif reporter.verdict.reason != "bad_metric":  # the caller's error names the metric
         console.print(flagged("stopped", f": {reporter.verdict.summary()}"))
     return reporter

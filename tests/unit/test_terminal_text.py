@@ -132,7 +132,8 @@ def test_the_summary_names_front_members_the_race_did_not_judge(capsys):
 
     judged = [NS(trial_id=t, verdict="confirmed") for t in ("a1", "b2", "c3")]
     chosen = NS(candidates=judged, fragile=[], steps={"search": 100}, notes=[],
-                handed_over=[], base_id=None, base=None, base_line=lambda: None)
+                handed_over=[], base_id=None, base=None, base_line=lambda: None,
+                budget_ended=False)
     outcome = NS(selection=chosen, front=[NS(trial_id=t) for t in ("a1", "b2", "c3", "d4")],
                  sweep=NS(objectives=[NS(metric="val_loss")], fixed_changes={}),
                  stable_paths=[], warnings=[], book=NS(trials={}))
@@ -140,6 +141,11 @@ def test_the_summary_names_front_members_the_race_did_not_judge(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "Pareto front: 4 trial(s) (1 of the front not judged: the race takes the best " \
            "confirm.keep by quality; d4 in trials.csv); 3 candidate(s) judged" in out
+    chosen.budget_ended = True  # the step budget stopped the settling: that is why
+    print_selection(outcome)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(1 of the front not judged: the step budget ended first (see the note below); " \
+           "d4 in trials.csv)" in out
     assert "your base config" not in out
     # the base config (the search's first trial) stopped by a rule is said to be
     chosen.base_id = "e5"
