@@ -19,6 +19,8 @@ pytestmark = pytest.mark.slow
 def test_run_address_on_a_cluster_without_token_auth_runs_its_trials(linreg_dir):
     with local_cluster("swt-", RAY_AUTH_MODE="disabled") as (state, env, py, started):
         assert "token auth:           OFF" in started
+        # the stop command it prints names this cluster's own state folder
+        assert f"stop:    SWEEPS_RAY_DIR={state} " in started, started
         edit_linreg(linreg_dir, name="no-token",
                     search_space={"lr": {"type": "loguniform", "low": 0.04, "high": 0.06}},
                     budget={"trials": 2, "max_steps": 30, "concurrent": 2,

@@ -170,4 +170,6 @@ else
   echo "  token auth:           OFF: anyone who reaches these ports can run code here"
 fi
 echo "  submit:  sweeps submit FILE --address $url --storage /shared/results --wait"
-echo "  stop:    $here/stop-local-cluster.sh"
+# the stop command names this cluster's state folder: run in another shell (or after a
+# start with its own SWEEPS_RAY_DIR), it would otherwise look in the default one
+echo "  stop:    SWEEPS_RAY_DIR=$(printf %q "$dir") $(printf %q "$here/stop-local-cluster.sh")"
