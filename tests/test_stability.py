@@ -380,12 +380,18 @@ def test_a_seed_at_the_guess_above_an_lr_that_learnt_is_dead_not_too_slow():
     runs = [run(1e-4, 0, guess, "unstable"), run(1e-4, 1, guess, "unstable"),
             run(0.01, 0, 0.5), run(0.01, 1, 0.5), run(0.0464, 0, 0.4), run(0.0464, 1, 0.4),
             run(0.2154, 0, 0.6), run(0.2154, 1, guess, "unstable"),
-            run(1.0, 0, guess, "unstable"), run(1.0, 1, guess)]
+            run(1.0, 0, guess, "unstable"), run(1.0, 1, guess),
+            # blew up to 6.1 and came back to 2.2, below the guess: its loss did not fall
+            run(2.0, 0, 2.2), run(2.0, 1, 2.25)]
+    for r in runs[-2:]:
+        r.history[0]["loss"] = 2.4
+        r.history[20]["loss"] = 6.1
     rules = SimpleNamespace(baseline_loss=guess, flat_tolerance=0.05)
     book = SimpleNamespace(trials={r.trial_id: r for r in runs},
                            sweep=SimpleNamespace(spec=SimpleNamespace(rules=rules)))
     rows = stability.cells(book, "lr", None)
-    assert [c.verdict() for c in rows] == ["too slow", "stable", "stable", "borderline", "dead"]
+    assert [c.verdict() for c in rows] == ["too slow", "stable", "stable", "borderline", "dead",
+                                           "dead"]
     below, above = stability.boundary(rows)
     assert below.key == (0.0464,) and above.key == (0.2154,)
     _, why = stability.recommend(rows)

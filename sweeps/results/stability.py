@@ -111,7 +111,8 @@ class Cell:
     #: at the random guess, whatever it started from.
     guess: tuple[float, float] | None = None
     #: An LR cell above one whose seeds all learnt: a run of it that sat at the random
-    #: guess is dead there (a higher LR will not help), not too slow (set by :func:`cells`).
+    #: guess, or whose loss did not fall, is dead there (a higher LR will not help), not
+    #: too slow (set by :func:`cells`).
     above_learning: bool = False
 
     @property
@@ -148,13 +149,16 @@ class Cell:
         """crashed when the trainer raised on every seed (an error, not instability);
         explodes / borderline by the share of seeds that failed hard; else too slow (not
         learning, or ended at the random guess: :meth:`at_guess`) or stable. Above an LR
-        whose seeds all learnt (:attr:`above_learning`), a seed flat at the guess failed:
-        ``dead`` when that is more than half of them, else ``borderline``."""
+        whose seeds all learnt (:attr:`above_learning`), a seed flat at the guess or whose
+        loss did not fall failed: ``dead`` when that is more than half of them, else
+        ``borderline``."""
         if self.runs and all(r.status == CRASH for r in self.runs):
             return "crashed"
         hard = [r for r in self.runs if r.failed and not slow(r.reason, r.evidence)]
-        dead = [r for r in self.runs if r not in hard and
-                (r.failed or self._run_at_guess(r))] if self.above_learning else []
+        dead = [r for r in self.runs if r not in hard and (
+            r.failed or self._run_at_guess(r) or
+            not _decreased(objectives.series(r.history, "loss")))] \
+            if self.above_learning else []
         if hard or dead:
             if len(hard) + len(dead) <= len(self.runs) / 2:
                 return "borderline"
