@@ -38,6 +38,13 @@ class ClusterNotReady(Exception):
     exit_code = 1
 
 
+class RayNotStarted(Exception):
+    """Ray did not start (or could not be reached) before anything ran; the CLI exits
+    with 1."""
+
+    exit_code = 1
+
+
 def a_type(value: object) -> str:
     """``value``'s type with its article, for messages: ``an int``, ``a list``.
 

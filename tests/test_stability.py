@@ -398,3 +398,32 @@ def test_a_seed_at_the_guess_above_an_lr_that_learnt_is_dead_not_too_slow():
     assert why.startswith("boundary between 0.0464 (stable) and 0.2154 (borderline)"), why
     assert [c.verdict() for c in stability.cells(book, "dropout", None)][-1] == "too slow", \
         "over another knob a seed at the guess is slowness"
+
+
+def test_ray_that_does_not_start_is_one_line_and_the_previous_grid_stays(linreg_dir, capsys,
+                                                                        monkeypatch):
+    """On a machine at load 24 the embedded Ray's node timed out starting: ``sweeps
+    stability`` printed a traceback, having already moved the previous grid aside. The
+    fault is injected (ray.init raising what Ray raised then): it cannot be caused here."""
+    import ray
+
+    def timed_out(*args, **kwargs):
+        raise Exception("The current node timed out during startup. This could happen "
+                        "because some of the raylet failed to startup or the GCS has "
+                        "become overloaded.")
+
+    monkeypatch.setattr(ray, "init", timed_out)
+    monkeypatch.chdir(linreg_dir)
+    earlier = linreg_dir / "results" / "linreg" / "stability"
+    earlier.mkdir(parents=True)
+    (earlier / "stability.csv").write_text("the earlier grid")
+    for folder in (earlier, earlier.parent):  # as the earlier grid's run left them
+        (folder / ".sweeps-results").touch()
+    assert main(["stability", "linreg.yaml", "--no-preflight", "--seeds", "1", "--param",
+                 "lr", "--values", "0.01,0.1"]) == 1
+    err = capsys.readouterr().err
+    assert "error: the embedded Ray did not start (The current node timed out during " \
+           "startup." in err and "nothing ran" in err
+    assert "Traceback" not in err
+    assert (earlier / "stability.csv").read_text() == "the earlier grid"
+    assert not [p for p in earlier.iterdir() if p.name.startswith("grid-")]

@@ -23,6 +23,7 @@ from sweeps.errors import (
     ClusterNotReady,
     PreflightFailed,
     ProbeCrashed,
+    RayNotStarted,
     SpecError,
     Terminated,
 )
@@ -578,7 +579,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpecError as exc:
         echo(f"error: {exc.key}: {exc.problem}.\n  fix: {exc.fix}", file=sys.stderr)
         return SpecError.exit_code
-    except (PreflightFailed, ClusterNotReady, ProbeCrashed) as exc:
+    except (PreflightFailed, ClusterNotReady, ProbeCrashed, RayNotStarted) as exc:
         echo(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:

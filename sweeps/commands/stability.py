@@ -123,14 +123,15 @@ def run_stability(sweep: Sweep, param: str, values: list[Any], *, seeds: int = 3
     base = {k: v for k, v in try_values(sweep, dict(fixed or {})).items() if k not in names}
     runs = stability.plan(base, param, values, [sweep.spec.seed + i for i in range(seeds)], second)
     check_address(address)  # before the earlier grid's runs are removed
-    with claim(sweep.output_dir, "stability"):  # one owner per results folder
+    # one owner per results folder; the earlier grid moves aside once Ray is up (a Ray
+    # that does not start leaves it where it was)
+    with claim(sweep.output_dir, "stability"), ray_running(address):
         kept = keep_previous_grid(sweep.output_dir)
         if kept is not None:
             echo_stderr(f"note: the previous grid's files were moved to {kept}")
         with books_of(sweep):
             book = open_book(sweep, FOLDER)
-            with ray_running(address):
-                run_configs(sweep, book, runs, "ray", progress=progress, stage=STABILITY)
+            run_configs(sweep, book, runs, "ray", progress=progress, stage=STABILITY)
             return write_stability(sweep, book, names)
 
 

@@ -391,7 +391,7 @@ def ray_running(address: str | None = None, num_cpus: int | None = None,
         from sweeps.cluster.auth import enable_for_driver
 
         enable_for_driver(address)  # send the cluster's token if it uses token auth
-        with _sigterm_kept():
+        with _sigterm_kept(), _not_started(address or os.environ.get("RAY_ADDRESS")):
             ray.init(address=address or None, **kwargs)
         try:
             yield session
@@ -407,7 +407,7 @@ def ray_running(address: str | None = None, num_cpus: int | None = None,
         env.set(_SINGLE_MACHINE, "0")
         was_single = compat.set_ray_single_machine(True)
         own_token = _token_for_this_run(session.folder, env)
-        with _sigterm_kept():
+        with _sigterm_kept(), _not_started(None):
             ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
                      _temp_dir=str(session.folder / RAY_DIR), **kwargs)
         _CURRENT = session
@@ -424,6 +424,25 @@ def ray_running(address: str | None = None, num_cpus: int | None = None,
                 _reload_token()
             if session.folder is not None:
                 _clean_up(session)
+
+
+@contextmanager
+def _not_started(address: str | None) -> Iterator[None]:
+    """``ray.init`` failing (a node that timed out starting on a loaded machine, a cluster
+    that does not answer) as one :class:`~sweeps.errors.RayNotStarted` line: nothing ran."""
+    from sweeps.errors import RayNotStarted
+
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - any way Ray fails to start is this error
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        if address:
+            raise RayNotStarted(f"could not connect to the Ray cluster at {address} "
+                                f"({first}); nothing ran. Check the address (`sweeps jobs "
+                                "status` prints it) and that the cluster is up") from exc
+        raise RayNotStarted(f"the embedded Ray did not start ({first}); nothing ran. On a "
+                            "loaded machine its processes can time out starting: run the "
+                            "command again") from exc
 
 
 @contextmanager
