@@ -257,6 +257,8 @@ def cmd_best(args: argparse.Namespace) -> int:
              "on the same fresh seeds; keep your base config, or pass --allow-worse to get "
              "its path anyway", file=sys.stderr)
         return 1
+    if args.flags:  # a script that takes its settings as argparse options
+        return _print_flags(folder, files[0], args.flags == "dashes")
     if args.overrides:  # a Hydra app takes the knob values as command-line overrides
         listed = files[0].with_suffix(".overrides").read_text(encoding="utf-8").splitlines()
         print("\n".join(listed))
@@ -266,6 +268,33 @@ def cmd_best(args: argparse.Namespace) -> int:
                  'python app.py "${o[@]}"', file=sys.stderr)
         return 0
     print(files[0])
+    return 0
+
+
+def _print_flags(folder: Path, path: Path, dashes: bool) -> int:
+    """``sweeps best DIR --flags``: the hand-over as ``--key=value`` lines."""
+    import json
+
+    import yaml
+
+    from sweeps.results.export import flag_lines
+    from sweeps.state import saved_sweep
+
+    sweep = saved_sweep.read(folder, import_trainer=False)
+    text = path.read_text(encoding="utf-8")
+    config = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    lines, skipped = flag_lines(sweep, config, dashes)
+    print("\n".join(lines))
+    if skipped:
+        echo(f"note: left out {', '.join(skipped)}: no number, text or bool to pass as a "
+             "flag", file=sys.stderr)
+    if sweep.grouped:
+        echo("note: knobs that pick a Hydra config group's option are not flags: use "
+             "--overrides", file=sys.stderr)
+    if any(len(line.split()) > 1 for line in lines):
+        echo("note: a value holds whitespace, which $(...) would split: pass the lines as "
+             "they are, e.g. mapfile -t f < <(sweeps best DIR --flags); "
+             'python train.py "${f[@]}"', file=sys.stderr)
     return 0
 
 
@@ -508,6 +537,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overrides", action="store_true",
                    help="print its values as Hydra command-line overrides instead, one a "
                    "line (python app.py $(sweeps best DIR --overrides))")
+    p.add_argument("--flags", nargs="?", const="keys", choices=("keys", "dashes"),
+                   help="print its values as command-line flags instead, --key=value one a "
+                   "line, for a script that takes argparse options (python train.py "
+                   "$(sweeps best DIR --flags)); 'dashes': write_back keys' _ as -")
     p.set_defaults(func=cmd_best)
 
     p = sub.add_parser("stability", help="grid over one knob (x a second) on several seeds")

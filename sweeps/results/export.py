@@ -122,6 +122,27 @@ def base_held(path: Path) -> str | None:
                 None)
 
 
+def flag_lines(sweep: Sweep, config: Any, dashes: bool = False) -> tuple[list[str], list[str]]:
+    """A handed-over ``config``'s knob values (and step count) as command-line flags for a
+    script that takes them as argparse options, ``--<path>=<value>`` one a line (the
+    write-back path as the key; ``dashes``: its ``_`` as ``-``); and the paths left out
+    (a value that is no number, text or bool: null, a list)."""
+    from sweeps.spec.config_paths import get_path
+
+    paths = [sweep.spec.write_back[k] for k in sweep.space if k not in sweep.grouped]
+    if sweep.steps_path is not None:
+        paths.append(sweep.steps_path)
+    lines, skipped = [], []
+    for path in paths:
+        value = get_path(config, path, None) if isinstance(config, dict) else None
+        if not isinstance(value, (bool, int, float, str)):  # null, a list, a mapping
+            skipped.append(path)
+            continue
+        flag = path.replace("_", "-") if dashes else path
+        lines.append(f"--{flag}={value!r}" if isinstance(value, float) else f"--{flag}={value}")
+    return lines, skipped
+
+
 def write_config(path: Path, sweep: Sweep, values: dict[str, Any],
                  provenance: dict[str, Any]) -> Path:
     """Write one exported config atomically, and beside it (``.overrides``) the same knob

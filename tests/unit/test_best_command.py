@@ -153,3 +153,25 @@ def test_a_base_config_at_rank_1_is_said_in_its_header_best_and_the_json(tmp_pat
     chosen.base_id = "other"
     assert "your base config" not in provenance(sweep, chosen, 1, chosen.candidates[0], rec,
                                                 [0.9, 0.1])
+
+
+def test_best_prints_the_hand_over_as_flags_for_an_argparse_script(tmp_path: Path,
+                                                                    capsys) -> None:
+    """A script driven by argparse options only could use neither the YAML path nor the
+    Hydra overrides (``lr=0.027`` is an unrecognized argument to argparse)."""
+    import argparse
+    from dataclasses import replace
+
+    from sweeps.state import saved_sweep
+
+    folder = tmp_path / "results"
+    folder.mkdir()
+    sweep = replace(load_linreg(tmp_path / "sweep"), output_dir=folder)
+    saved_sweep.save(sweep)
+    write_config(folder / "stable" / "rank-01-t.yaml", sweep, {"lr": 0.0271}, {"rank": "1"})
+    assert main(["best", str(folder), "--flags"]) == 0
+    out = capsys.readouterr().out.split()
+    assert out == ["--train.lr=0.0271"]
+    parser = argparse.ArgumentParser()  # the user's own script's parser
+    parser.add_argument("--train.lr", type=float, default=0.1)
+    assert vars(parser.parse_args(out))["train.lr"] == 0.0271
