@@ -49,7 +49,7 @@ def test_detection_runs_the_initial_points_of_any_sweep(tmp_path):
 
 def test_efficiency_gives_every_method_the_same_step_budget(tmp_path):
     folder = copy_sweepfiles(tmp_path)
-    budget, steps = 400, 40
+    budget, steps = 240, 30
     stdout, data = _run("efficiency.py", [
         "--sweep", "linreg.yaml", "--steps", str(steps), "--budget", str(budget),
         "--seeds", "1", "--methods", "sweeps,tune+optuna+asha,optuna tpe+median"],
