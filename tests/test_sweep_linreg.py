@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from sweeps.commands.cli import main
+from sweeps.record.objectives import STEADY_INSTABILITY
 from tests.conftest import copy_sweepfiles, edit_linreg, read_results_csv, run_cli_in
 
 pytestmark = pytest.mark.slow
@@ -106,8 +107,12 @@ def test_optuna_study_records_unstable_trials_as_infeasible(linreg_run):
         assert all(math.isfinite(v) for v in t.values)
         assert t.values[0] >= max(o.values[0] for o in ok), "penalised below every ok trial"
         assert t.values[1] >= 10.0
+    measured = _trials(linreg_run).set_index("trial_id")["objective_instability"]
     for t in ok:
         assert t.constraints == {"stability": 0.0}
+        # a steady run's instability (under a 2x grad-norm jump) is told as that floor
+        assert t.values[1] == pytest.approx(
+            max(measured[t.user_attrs["ray_trial_id"]], STEADY_INSTABILITY))
 
 
 def test_mlflow_has_a_run_per_trial_with_reason_tags(linreg_run):

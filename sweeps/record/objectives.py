@@ -21,6 +21,23 @@ from typing import Any
 #: Instability given to a trial that a rule stopped or that crashed.
 FAILED_INSTABILITY = 10.0
 SPIKE_FACTOR = 3.0
+#: What the sampler is told for an instability below it: log10(2), a grad norm that
+#: never jumped past twice its running median, and no loss spike: steady. Below it the
+#: scores are noise (the stable regression trials read 0.13-0.24, the lowest at the
+#: lowest LRs), and multi-objective TPE kept the steadier-by-noise low-LR configs in its
+#: good group beside the best ones (docs/benchmarks.md, "instability told from a floor").
+STEADY_INSTABILITY = math.log10(2.0)
+
+
+def told(metric: str, value: float) -> float:
+    """The value the sampler is told for ``metric``: an ``instability`` below
+    :data:`STEADY_INSTABILITY` as that floor (steady is steady), anything else as it is.
+
+    Example:
+        >>> round(told("instability", 0.13), 4), told("instability", 1.2), told("val_loss", 0.1)
+        (0.301, 1.2, 0.1)
+    """
+    return max(value, STEADY_INSTABILITY) if metric == "instability" else value
 
 
 def _finite(values: Sequence[Any]) -> list[float]:

@@ -34,6 +34,7 @@ from sweeps.protocol import (
     WARM_BEST_KEY,
 )
 from sweeps.record.book import TrialBook, TrialRecord
+from sweeps.record.objectives import told
 from sweeps.results.confirm import base_point, nearest_base_point, raced
 from sweeps.results.race import Race, owner_of
 from sweeps.results.warm_start import BEST_ATTR, searched
@@ -344,6 +345,7 @@ class StabilityAwareSearch(OptunaSearch):
             if quality is not None:
                 ot_trial.set_user_attr("seed_mean", quality)
                 values[0] = quality
+            values = [told(o.metric, v) for o, v in zip(self.objectives, values, strict=True)]
             study.tell(ot_trial, values if len(values) > 1 else values[0])
         completed.add(trial_id)
 
