@@ -412,6 +412,7 @@ def test_ray_that_does_not_start_is_one_line_and_the_previous_grid_stays(linreg_
                         "because some of the raylet failed to startup or the GCS has "
                         "become overloaded.")
 
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # not the module's shared Ray
     monkeypatch.setattr(ray, "init", timed_out)
     monkeypatch.chdir(linreg_dir)
     earlier = linreg_dir / "results" / "linreg" / "stability"
