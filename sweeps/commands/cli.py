@@ -273,16 +273,13 @@ def cmd_best(args: argparse.Namespace) -> int:
 
 def _print_flags(folder: Path, path: Path, dashes: bool) -> int:
     """``sweeps best DIR --flags``: the hand-over as ``--key=value`` lines."""
-    import json
-
-    import yaml
-
     from sweeps.results.export import flag_lines
+    from sweeps.spec.loader import read_json, read_yaml
     from sweeps.state import saved_sweep
 
     sweep = saved_sweep.read(folder, import_trainer=False)
-    text = path.read_text(encoding="utf-8")
-    config = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    key = f"DIR/stable/{path.name}"  # a damaged hand-over: one line naming it, exit 2
+    config = read_json(path, key) if path.suffix == ".json" else read_yaml(path, key)
     lines, skipped = flag_lines(sweep, config, dashes)
     print("\n".join(lines))
     if skipped:
