@@ -210,11 +210,11 @@ def cells(book: TrialBook, param: str, second: str | None) -> list[Cell]:
         key = (rec.values.get(param),) + ((rec.values.get(second),) if second else ())
         grouped.setdefault(key, Cell(key, guess=guess)).runs.append(rec)
     if param == "lr":  # a seed at the guess above an LR that learnt is dead, not slow
+        learnt = [c.key for c in grouped.values()
+                  if isinstance(c.key[0], (int, float)) and c.verdict() == "stable"]
         for cell in grouped.values():
-            cell.above_learning = any(
-                c.key[1:] == cell.key[1:] and isinstance(c.key[0], (int, float)) and
-                isinstance(cell.key[0], (int, float)) and c.key[0] < cell.key[0] and
-                c.verdict() == "stable" for c in grouped.values())
+            cell.above_learning = isinstance(cell.key[0], (int, float)) and any(
+                k[1:] == cell.key[1:] and k[0] < cell.key[0] for k in learnt)
     return list(grouped.values())
 
 
