@@ -261,7 +261,7 @@ def cmd_best(args: argparse.Namespace) -> int:
         return _print_flags(folder, files[0], args.flags == "dashes")
     if args.overrides:  # a Hydra app takes the knob values as command-line overrides
         listed = files[0].with_suffix(".overrides").read_text(encoding="utf-8").splitlines()
-        print("\n".join(listed))
+        echo("\n".join(listed))  # a value of the user's: no terminal controls
         if any(len(o.split()) > 1 for o in listed):
             echo("note: a value holds whitespace, which $(...) would split: pass the lines as "
                  "they are, e.g. mapfile -t o < <(sweeps best DIR --overrides); "
@@ -281,7 +281,7 @@ def _print_flags(folder: Path, path: Path, dashes: bool) -> int:
     key = f"DIR/stable/{path.name}"  # a damaged hand-over: one line naming it, exit 2
     config = read_json(path, key) if path.suffix == ".json" else read_yaml(path, key)
     lines, skipped = flag_lines(sweep, config, dashes)
-    print("\n".join(lines))
+    echo("\n".join(lines))  # a value of the user's: no terminal controls
     if skipped:
         echo(f"note: left out {', '.join(skipped)}: no number, text or bool to pass as a "
              "flag", file=sys.stderr)
