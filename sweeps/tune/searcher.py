@@ -35,7 +35,7 @@ from sweeps.protocol import (
 )
 from sweeps.record.book import TrialBook, TrialRecord
 from sweeps.record.objectives import told
-from sweeps.results.confirm import base_point, nearest_base_point, raced
+from sweeps.results.confirm import base_point, nearest_base_point, raced, run_cost
 from sweeps.results.race import Race, owner_of
 from sweeps.results.warm_start import BEST_ATTR, searched
 from sweeps.spec.loader import Sweep
@@ -129,6 +129,7 @@ class StabilityAwareSearch(OptunaSearch):
                          study_name=sweep.name, storage=storage,
                          points_to_evaluate=points or None)
         self._race_runs: dict[str, str] = {}  # Tune trial id of a re-run -> its candidate
+        self._run_costs: dict[str, int] = {}  # Tune trial id of a re-run -> steps it may take
         self._deferred: set[str] = set()  # raced search trials not told yet
         self._told_fragile: set[str] = set()  # raced trials told infeasible after their tell
         self.race = Race(sweep, book)
@@ -137,6 +138,7 @@ class StabilityAwareSearch(OptunaSearch):
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Unpickled from Ray Tune's saved state: listen to the (re-opened) book again."""
         self.__dict__.update(state)
+        self.__dict__.setdefault("_run_costs", {})  # saved before it was kept
         self._listen()
 
     def _listen(self) -> None:
@@ -159,10 +161,27 @@ class StabilityAwareSearch(OptunaSearch):
         rec = self.book.trials.get(trial_id)
         return rec is not None and rec.finished
 
+    def _committed(self, in_flight: list[str]) -> int:
+        """Steps the trials have run, plus those the trials in flight may still run: a
+        search trial or fresh seed to ``budget.max_steps``, an LR probe to where it holds.
+        The steps run alone left the leader's re-runs uncounted once they had started (no
+        longer missing from its ladder, not yet run), and a new search trial started in
+        their place: past the budget, with no steps left to settle it if it won."""
+        max_steps = self.book.sweep.spec.budget.max_steps
+        costs = self._run_costs
+        ahead = 0
+        for trial_id in in_flight:
+            rec = self.book.trials.get(trial_id)
+            if rec is None and trial_id in self._race_runs:
+                continue  # not reported yet: still missing from its ladder (Race.reserve)
+            done = rec.last_step if rec is not None else 0
+            ahead += max(0, costs.get(trial_id, max_steps) - done)
+        return self.book.steps_spent(role=None) + ahead
+
     def _search_open(self, spent: int) -> bool:
         """Whether a new search trial may start: under the trial cap, and ``spent`` (the
-        steps all trials ran so far) and settling the race's leader
-        (:meth:`Race.reserve`) leave some of the step budget."""
+        steps the trials ran and those in flight may still run, :meth:`_committed`) and
+        settling the race's leader (:meth:`Race.reserve`) leave some of the step budget."""
         budget = self.book.sweep.spec.budget
         if getattr(self, "inert", None):  # a searched knob does nothing: start no more
             return False
@@ -189,7 +208,7 @@ class StabilityAwareSearch(OptunaSearch):
         budget = self.book.sweep.spec.budget
         ids = list(compat.optuna_search_trials(self)) + list(self._race_runs)
         in_flight = [t for t in ids if not self._finished(t)]
-        spent = self.book.steps_spent(role=None)
+        spent = self._committed(in_flight)
         search_open = self._search_open(spent)
         busy = {owner for t, owner in self._race_runs.items() if t in in_flight}
         # the race's re-runs leave what the base config's runs after the search will take
@@ -200,6 +219,7 @@ class StabilityAwareSearch(OptunaSearch):
             run = self.race.next_run(busy, searching=search_open)
             if run is not None:
                 self._race_runs[trial_id] = owner_of(run[ROLE_KEY]) or ""
+                self._run_costs[trial_id] = run_cost(self.book.sweep, run)
                 return {RUN_KEY: run}
         if search_open:
             return self._new_config(trial_id)

@@ -58,3 +58,25 @@ def test_a_base_config_off_the_range_makes_the_nearest_point_the_first_trial(
     searcher = StabilityAwareSearch(sweep, TrialBook(sweep),
                                     storage=optuna.storages.InMemoryStorage())
     assert searcher.suggest("a")["lr"] == 30.0
+
+
+def test_runs_in_flight_count_against_the_step_budget(tmp_path: Path) -> None:
+    """Once the leader's fresh seed is in flight it is no longer missing from its ladder
+    and has not run yet: the steps it will take still count, so no search trial starts
+    in their place past ``budget.total_steps``."""
+    from sweeps.protocol import FINAL_KEY, OK, RUN_KEY, STATUS_KEY
+
+    sweep = load_linreg(tmp_path, budget={"total_steps": 30, "max_steps": 10, "concurrent": 2,
+                                          "scheduler": "none"},
+                        confirm={"seeds": 1, "lr_probe": 0, "base": False})
+    book = TrialBook(sweep)
+    searcher = StabilityAwareSearch(sweep, book, storage=optuna.storages.InMemoryStorage())
+    first = searcher.suggest("a")
+    for step in range(1, 11):  # 10 steps, ok: the leader
+        book.record("a", {"step": step, "loss": 0.5, "val_loss": 0.5, "config": first})
+    book.finish("a", {FINAL_KEY: True, STATUS_KEY: OK, "config": first}, error=False)
+    screen = searcher.suggest("r")
+    assert RUN_KEY in screen, "the leader's fresh seed"
+    book.record("r", {"step": 1, "loss": 0.5, "config": screen})  # it started
+    assert RUN_KEY not in searcher.suggest("b"), "a search trial: 10 + 10 + 10 <= 30"
+    assert searcher.suggest("c") is None, "10 run and 20 in flight: the budget is spent"
