@@ -72,6 +72,11 @@ WARNING_KEY: Final = "sweeps/warning"
 LOSS_AT_GUESS: Final = ("loss_at_guess: its training loss sat at the random guess "
                         "(rules.baseline_loss) from its warmup to its end: by its loss it "
                         "learnt nothing, whatever its quality objective read")
+#: The warning of a run that ended ok back in the random-guess band after it had learnt
+#: (:func:`sweeps.rules.flat_at_baseline.back_at_guess`).
+BACK_AT_GUESS: Final = ("back_at_guess: its training loss went back to the random guess "
+                        "(rules.baseline_loss) after it had learnt, and ended there: it "
+                        "lost what it learnt")
 TRACEBACK_KEY: Final = "sweeps/traceback"
 FINAL_KEY: Final = "sweeps/final"  # a summary result that repeats the last report
 COMPILE_KEY: Final = "sweeps/compile"  # the trial's compile evidence (JSON), when it changed

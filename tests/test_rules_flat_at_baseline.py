@@ -338,3 +338,31 @@ def test_a_run_that_ended_ok_with_its_loss_at_the_guess_carries_a_warning(linreg
     assert warned["flat-1.0"] == [f"{LOSS_AT_GUESS} at step 60"]
     assert warned["flat-2.0"] == [] and warned["learnt-1.0"] == [] and warned["learnt-2.0"] == []
     assert book.trials["flat-1.0"].status == "ok"
+
+
+def test_a_run_that_learnt_and_ended_back_at_the_guess_carries_a_warning(linreg_dir):
+    """A run that learnt and went back to the random guess within its last
+    ``flat_patience`` steps gave the flat rule no window to call it, and ended ``ok``
+    with no word: it now carries ``back_at_guess`` with where it had been; a run that
+    learnt and stayed there, or went back only for a few reports, does not."""
+    from sweeps.protocol import BACK_AT_GUESS, FINAL_KEY, STATUS_KEY
+    from sweeps.record.book import TrialBook
+    from sweeps.spec.loader import load_sweep
+
+    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir))
+    # linreg's random guess is 1.0, its smoothing 20 reports and flat_patience 30 steps
+    # (back from 0.6, under divergence's 2x rise)
+    shapes = {"lost": lambda k: 0.6 if k < 35 else 1.0,
+              "kept": lambda k: 0.6,
+              "blip": lambda k: 1.0 if k in (58, 59) else 0.6}
+    for name, loss in shapes.items():
+        for k in range(1, 61):
+            book.record(name, {"step": k, "loss": loss(k), "val_loss": loss(k),
+                               "config": {"lr": 0.1}})
+        book.record(name, {"step": 60, "loss": loss(60), "config": {"lr": 0.1},
+                           STATUS_KEY: "ok", FINAL_KEY: 1})
+    lost = book.trials["lost"]
+    assert lost.status == "ok" and len(lost.warnings) == 1
+    assert lost.warnings[0].startswith(BACK_AT_GUESS)
+    assert "(from step 49; its smoothed loss had reached 0.6 at step" in lost.warnings[0]
+    assert book.trials["kept"].warnings == [] and book.trials["blip"].warnings == []

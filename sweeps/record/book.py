@@ -19,6 +19,7 @@ from typing import Any
 
 from sweeps import rules
 from sweeps.protocol import (
+    BACK_AT_GUESS,
     COMPILE_KEY,
     CRASH,
     EVIDENCE_KEY,
@@ -293,10 +294,15 @@ class TrialBook:
         elif status == OK:
             rec.status = OK
             if rec.lr_scale == 1.0:  # not an LR probe (it ends once the rules could tell)
-                sat = flat_at_baseline.sat_at_guess(rec.history, trial_settings(
-                    self.sweep, rec.values, rec.flat_patience))
+                settings = trial_settings(self.sweep, rec.values, rec.flat_patience)
+                sat = flat_at_baseline.sat_at_guess(rec.history, settings)
+                back = flat_at_baseline.back_at_guess(rec.history, settings)
                 if sat is not None:
                     rec.warnings.append(f"{LOSS_AT_GUESS} at step {sat['to_step']}")
+                elif back is not None:
+                    rec.warnings.append(
+                        f"{BACK_AT_GUESS} (from step {back['from_step']}; its smoothed loss "
+                        f"had reached {back['lowest']:.4g} at step {back['lowest_at_step']})")
             self._save_outcome(rec)
         else:
             verdict = rules.evaluate(rec.history, trial_settings(self.sweep, rec.values,

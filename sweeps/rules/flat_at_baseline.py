@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from sweeps.rules import collapse
@@ -220,6 +220,21 @@ def quality_learnt(history: Sequence[Mapping[str, Any]], settings: RuleSettings,
     return value > guess + margin if settings.quality_mode == "max" else value < guess - margin
 
 
+def _smoothed_after_warmup(history: Sequence[Mapping[str, Any]],
+                           settings: RuleSettings) -> Iterator[tuple[int, float]]:
+    """(step, smoothed training ``loss``) after ``warmup_steps``: the mean of the last
+    ``smoothing`` finite values, from the first report where there are that many."""
+    span = max(1, settings.smoothing)
+    window: deque[float] = deque(maxlen=span)
+    for i, report in enumerate(history):
+        value, step = finite_num(report, "loss"), step_of(report, i)
+        if value is None or step <= settings.warmup_steps:
+            continue
+        window.append(value)
+        if len(window) == span:
+            yield step, sum(window) / span
+
+
 def sat_at_guess(history: Sequence[Mapping[str, Any]],
                  settings: RuleSettings) -> dict[str, Any] | None:
     """Evidence that a run's smoothed training ``loss`` never left the random-guess band
@@ -238,19 +253,10 @@ def sat_at_guess(history: Sequence[Mapping[str, Any]],
     """
     if settings.baseline_loss is None:
         return None
-    span = max(1, settings.smoothing)
-    window: deque[float] = deque(maxlen=span)
     first = last = None
     total = 0.0
     count = 0
-    for i, report in enumerate(history):
-        value, step = finite_num(report, "loss"), step_of(report, i)
-        if value is None or step <= settings.warmup_steps:
-            continue
-        window.append(value)
-        if len(window) < span:
-            continue
-        smoothed = sum(window) / span
+    for step, smoothed in _smoothed_after_warmup(history, settings):
         if not at_guess(smoothed, settings):
             return None
         first = step if first is None else first
@@ -277,6 +283,43 @@ def lr_warming(history: Sequence[Mapping[str, Any]], anchor: int) -> bool:
             return False
         before = lr
     return False
+
+
+def back_at_guess(history: Sequence[Mapping[str, Any]],
+                  settings: RuleSettings) -> dict[str, Any] | None:
+    """Evidence that a run learnt and then went back to the random guess, where it ended:
+    its smoothed training ``loss`` (the mean of ``smoothing`` reports, as the flat rule
+    smooths it) fell below the band (:func:`at_guess`) after its warmup, and its last
+    smoothed values (a quarter of ``smoothing``, at least 2: a mean over ``smoothing``
+    reports is in the band once most of them are) lie in the band or above it; else
+    None. Said of a run
+    that ended without a verdict: back at the guess for less than ``flat_patience``
+    steps, the flat rule had no window to call it (``went_back``) before the run ended.
+
+    Example:
+        >>> s = RuleSettings(baseline_loss=1.0, smoothing=5)
+        >>> lost = [{"step": k, "loss": 0.3 if k < 120 else 1.0} for k in range(1, 151)]
+        >>> back_at_guess(lost, s)["from_step"], back_at_guess(lost, s)["lowest"]
+        (124, 0.3)
+        >>> back_at_guess([{"step": k, "loss": 0.3} for k in range(1, 151)], s)
+    """
+    if settings.baseline_loss is None:
+        return None
+    lowest: tuple[float, int] | None = None
+    since: int | None = None  # first step of the stretch in the band that reaches the end
+    in_band = last = 0
+    for step, smoothed in _smoothed_after_warmup(history, settings):
+        last = step
+        if at_guess(smoothed, settings):
+            since, in_band = (step, 1) if in_band == 0 else (since, in_band + 1)
+            continue
+        in_band = 0
+        if lowest is None or smoothed < lowest[0]:
+            lowest = (smoothed, step)
+    if lowest is None or since is None or in_band < max(2, settings.smoothing // 4):
+        return None
+    return {"baseline": settings.baseline_loss, "lowest": round(lowest[0], 6),
+            "lowest_at_step": lowest[1], "from_step": since, "to_step": last}
 
 
 def left_band_at(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> int | None:

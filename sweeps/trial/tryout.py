@@ -13,6 +13,7 @@ from rich.console import Console
 
 from sweeps.errors import SpecError
 from sweeps.protocol import (
+    BACK_AT_GUESS,
     COMPILE_KEY,
     FINAL_KEY,
     LOSS_AT_GUESS,
@@ -21,7 +22,7 @@ from sweeps.protocol import (
     SEED_KEY,
     TRACEBACK_KEY,
 )
-from sweeps.rules.flat_at_baseline import sat_at_guess
+from sweeps.rules.flat_at_baseline import back_at_guess, sat_at_guess
 from sweeps.spec.config_paths import get_path, leaf_paths
 from sweeps.spec.loader import RESERVED_KEY, Sweep
 from sweeps.spec.space import Categorical, Fixed, IntRange, LogUniform, Uniform, central_value
@@ -201,6 +202,13 @@ def try_trial(sweep: Sweep, sets: dict[str, Any], *, steps: int | None = None,
                                   f"{sat['mean_smoothed_loss']:.4g} from step "
                                   f"{sat['from_step']} to {sat['to_step']}, the random guess "
                                   f"{sat['baseline']:g})"))
+        back = None if sat is not None else back_at_guess(reporter.history, reporter.settings)
+        if back is not None:
+            console.print(flagged("warning", f": {BACK_AT_GUESS} (from step "
+                                  f"{back['from_step']} to {back['to_step']}; its smoothed "
+                                  f"loss had reached {back['lowest']:.4g} at step "
+                                  f"{back['lowest_at_step']}, the random guess "
+                                  f"{back['baseline']:g})"))
     elif reporter.verdict.reason != "bad_metric":  # the caller's error names the metric
         console.print(flagged("stopped", f": {reporter.verdict.summary()}"))
     return reporter
