@@ -218,3 +218,35 @@ def test_the_bench_controls_lr_histories_do_not_fire_and_the_restart_still_does(
         assert first_firing(lrs(values, start=1), settings) is None, case
     values = [_lr_at("restart", t, 0.05, 10, 60, 400) for t in range(1, 401)]
     assert first_firing(lrs(values, start=1), settings).evidence["kind"] == "warm_restart"
+
+
+def test_a_schedule_compounding_every_step_fires_once_the_lr_stayed_gone():
+    """A linear warmup over 100 steps, then ``MultiplicativeLR`` where ``LambdaLR`` was
+    meant: a factor of 0.3 multiplied in on every step takes the LR from 0.01 to 3e-13
+    in 20 steps and to 1e-55 by step 200; the rules used to excuse it as a decay to 0."""
+    warm = 100
+    history = lrs([0.01 * t / warm for t in range(warm + 1)]
+                  + torch_lrs(lambda o: sched.MultiplicativeLR(o, lambda t: 0.3), 100, lr=0.01))
+    verdict = first_firing(history, RuleSettings(warmup_steps=warm, sampled_lr=0.01))
+    assert verdict is not None and verdict.evidence["kind"] == "vanished_lr"
+    gone, peak_at = verdict.evidence["vanished_at_step"], verdict.evidence["peak_step"]
+    assert peak_at == warm and gone == warm + 13  # 0.01 held a step, then 0.3 ** 12 < 1e-6
+    assert verdict.step == gone + (gone - peak_at) + 1, "once gone longer than it fell"
+    assert "MultiplicativeLR" in verdict.evidence["hint"]
+
+
+@pytest.mark.parametrize("make", [
+    lambda o: sched.CosineAnnealingLR(o, T_max=300),
+    lambda o: sched.LinearLR(o, start_factor=1.0, end_factor=0.0, total_iters=300),
+])
+def test_a_decay_to_zero_at_the_end_of_the_run_is_not_vanished(make):
+    assert first_firing(lrs(torch_lrs(make, 301)), RuleSettings(sampled_lr=0.1)) is None
+
+
+def test_a_per_epoch_decay_stepped_per_batch_vanishes():
+    """``ExponentialLR(gamma=0.9)`` meant per epoch, stepped per batch: under 1e-6 of the
+    peak after 132 of 300 steps; called once it stayed there as long (step 265)."""
+    history = lrs(torch_lrs(lambda o: sched.ExponentialLR(o, gamma=0.9), 301))
+    verdict = first_firing(history, RuleSettings(sampled_lr=0.1))
+    assert verdict.evidence["kind"] == "vanished_lr" and verdict.evidence["peak_step"] == 0
+    assert verdict.evidence["vanished_at_step"] == 132 and verdict.step == 265

@@ -1,6 +1,6 @@
 """lr_anomaly: the LR actually in the optimizer does something no schedule should.
 
-Four kinds, named in the evidence's ``kind``:
+Five kinds, named in the evidence's ``kind``:
 
 * ``invalid_lr``: the LR is negative or non-finite (e.g. a polynomial decay run
   past its end), at any step.
@@ -18,6 +18,11 @@ Four kinds, named in the evidence's ``kind``:
   cosine to an absolute ``min_lr`` above the sampled lr. OneCycleLR up to the sampled
   lr, and a trainer that scales the LR itself from the end of warmup on, are fine.
   Skipped without ``sampled_lr`` and with ``allow_lr_restarts``.
+* ``vanished_lr``: after warmup, the LR fell below :data:`VANISHED` x its peak and has
+  stayed there for longer than it took to fall from the peak: a schedule compounding on
+  every step (``MultiplicativeLR`` where ``LambdaLR`` was meant, a per-epoch decay
+  stepped per batch) that trains nothing from there on. A decay to 0 at the end of the
+  run (cosine, linear) gets there only in its last steps, far sooner than it fell.
 """
 
 from __future__ import annotations
@@ -47,6 +52,11 @@ NOISE = 1e-6
 #: step) is a rounding of the schedule's tail, not a restart; ``CosineAnnealingLR``
 #: stepped past ``T_max`` climbs past it within 7 % of ``T_max``.
 RESTART_FLOOR = 0.01
+#: An LR below this share of its peak trains nothing (a cosine to 0 gets there only in
+#: the last 0.06 % of its steps).
+VANISHED = 1e-6
+#: Newest reports ``vanished_lr`` reads to find the LR's peak.
+VANISHED_REPORTS = 5000
 
 
 def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdict | None:
@@ -73,7 +83,11 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
         return None
     first = max(0, n - settings.window)
     if lr < ZERO_LR:
-        return _zero(history, first, lr, now, settings)
+        return _zero(history, first, lr, now, settings) or \
+            _vanished(history, lr, now, settings)
+    vanished = _vanished(history, lr, now, settings)
+    if vanished is not None:
+        return vanished
     if settings.allow_lr_restarts:
         return None
     return _restart(history, first, lr, now, settings) or _climb(history, lr, now, settings)
@@ -93,6 +107,37 @@ def _zero(
         return _verdict(now, evidence) if peak < ZERO_LR and first == 0 else None
     decaying = len(earlier) >= 2 and previous < earlier[-2] and previous <= 0.5 * peak
     return None if decaying else _verdict(now, evidence)
+
+
+def _vanished(
+    history: Sequence[Mapping[str, Any]], lr: float, now: int, settings: RuleSettings
+) -> Verdict | None:
+    """``vanished_lr`` (see the module): below :data:`VANISHED` x the peak after warmup
+    since step ``gone``, and for more steps than the fall from the peak took."""
+    if settings.sampled_lr is not None and lr >= VANISHED * 10 * settings.sampled_lr:
+        return None  # O(1) on almost every report: the peak is seldom 10x the sampled lr
+    peak, peak_step, gone = 0.0, None, None
+    # further back than the other kinds: a peak outside the window would make a long
+    # decay to 0 look like a short fall
+    for i in range(max(0, len(history) - VANISHED_REPORTS), len(history)):
+        value, step = finite_num(history[i], "lr"), step_of(history[i], i)
+        if value is None or step < settings.warmup_steps:
+            continue
+        if value > peak:
+            peak, peak_step, gone = value, step, None
+        elif value < VANISHED * peak:
+            gone = step if gone is None else gone
+        else:
+            gone = None
+    if gone is None or peak_step is None or now - gone <= max(gone - peak_step, 1):
+        return None
+    evidence: dict[str, Any] = {"kind": "vanished_lr", "lr": lr, "peak_lr": peak,
+                                "peak_step": peak_step, "vanished_at_step": gone}
+    evidence["hint"] = (f"the LR fell from {peak:.3g} to under {VANISHED:g}x that in "
+                        f"{gone - peak_step} steps and stayed there {now - gone}: a schedule "
+                        "that compounds on every step (MultiplicativeLR where LambdaLR was "
+                        "meant, a per-epoch decay stepped per batch) trains nothing from there")
+    return _verdict(now, evidence)
 
 
 def _restart(
