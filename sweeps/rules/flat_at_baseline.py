@@ -27,6 +27,41 @@ from sweeps.rules._history import (
 from sweeps.rules.settings import RuleSettings
 from sweeps.rules.verdict import Verdict
 
+#: Newest reports :func:`label_guess` looks back over for the labels' random guess.
+LABEL_LOOKBACK = 50
+
+
+def label_guess(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> RuleSettings:
+    """``settings`` with the random guess the trainer's class labels show, where it is
+    nearer the truth than the declared one: ``label_entropy`` (the cross-entropy of
+    predicting the label frequencies, from ``Monitor.measure(target=labels)``) as
+    ``baseline_loss`` when it is lower or none was declared, and ``label_majority``
+    (the most frequent label's share) as a maximised quality's baseline in [0, 1] when it
+    is higher. With 5 classes at 40/25/15/12/8 %, a model that learnt only the
+    frequencies sits at a cross-entropy of 1.454 and an accuracy of 0.40, far from
+    ln 5 = 1.609 and 1 / 5: by the declared values it had learnt, and labels shuffled
+    apart from the inputs were handed over as confirmed.
+
+    Example:
+        >>> s = label_guess([{"step": 1, "label_entropy": 1.454, "label_majority": 0.4}],
+        ...                 RuleSettings(baseline_loss=1.609, quality_mode="max",
+        ...                              quality_baseline=0.2))
+        >>> s.baseline_loss, s.quality_baseline
+        (1.454, 0.4)
+    """
+    first = max(0, len(history) - LABEL_LOOKBACK)
+    entropy = newest_finite(history, "label_entropy", first, 1)
+    majority = newest_finite(history, "label_majority", first, 1)
+    update: dict[str, float] = {}
+    declared = settings.baseline_loss
+    if entropy and entropy[0] > 0 and (declared is None or entropy[0] < declared):
+        update["baseline_loss"] = entropy[0]
+    quality = settings.quality_baseline
+    if majority and settings.quality_mode == "max" and quality is not None and \
+            0 <= quality < majority[0] <= 1:
+        update["quality_baseline"] = majority[0]
+    return settings.model_copy(update=update) if update else settings
+
 
 def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdict | None:
     """Fail when the smoothed loss stayed within ``flat_tolerance`` x ``baseline_loss`` of
@@ -62,8 +97,11 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
         >>> check(history, RuleSettings(baseline_loss=1.5708)).step
         100
     """
+    if not history:
+        return None
+    settings = label_guess(history, settings)
     baseline = settings.baseline_loss
-    if baseline is None or not history:
+    if baseline is None:
         return None
     n = len(history)
     first = max(0, n - settings.window)
@@ -251,6 +289,7 @@ def sat_at_guess(history: Sequence[Mapping[str, Any]],
         200
         >>> sat_at_guess([{"step": k, "loss": 4.84 - k / 50} for k in range(1, 201)], s)
     """
+    settings = label_guess(history, settings)
     if settings.baseline_loss is None:
         return None
     first = last = None
@@ -285,6 +324,11 @@ def lr_warming(history: Sequence[Mapping[str, Any]], anchor: int) -> bool:
     return False
 
 
+#: How many ``flat_tolerance`` bands under the guess a run's smoothed loss must have
+#: been for :func:`back_at_guess` to say it learnt.
+LEARNT_BANDS = 2
+
+
 def back_at_guess(history: Sequence[Mapping[str, Any]],
                   settings: RuleSettings) -> dict[str, Any] | None:
     """Evidence that a run learnt and then went back to the random guess, where it ended:
@@ -292,7 +336,8 @@ def back_at_guess(history: Sequence[Mapping[str, Any]],
     smooths it) fell below the band (:func:`at_guess`) after its warmup, and its last
     smoothed values (a quarter of ``smoothing``, at least 2: a mean over ``smoothing``
     reports is in the band once most of them are) lie in the band or above it; else
-    None. Said of a run
+    None. Learnt means below the guess by :data:`LEARNT_BANDS` bands: a loss at the
+    guess dips just under the band's edge and back by noise alone. Said of a run
     that ended without a verdict: back at the guess for less than ``flat_patience``
     steps, the flat rule had no window to call it (``went_back``) before the run ended.
 
@@ -303,6 +348,7 @@ def back_at_guess(history: Sequence[Mapping[str, Any]],
         (124, 0.3)
         >>> back_at_guess([{"step": k, "loss": 0.3} for k in range(1, 151)], s)
     """
+    settings = label_guess(history, settings)
     if settings.baseline_loss is None:
         return None
     lowest: tuple[float, int] | None = None
@@ -316,8 +362,12 @@ def back_at_guess(history: Sequence[Mapping[str, Any]],
         in_band = 0
         if lowest is None or smoothed < lowest[0]:
             lowest = (smoothed, step)
-    if lowest is None or since is None or in_band < max(2, settings.smoothing // 4):
-        return None
+    baseline = float(settings.baseline_loss)
+    learnt = lowest is not None and \
+        baseline - lowest[0] > LEARNT_BANDS * settings.flat_tolerance * baseline
+    if not learnt or since is None or in_band < max(2, settings.smoothing // 4):
+        return None  # never clearly below the band: noise around its edge is no going back
+    assert lowest is not None
     return {"baseline": settings.baseline_loss, "lowest": round(lowest[0], 6),
             "lowest_at_step": lowest[1], "from_step": since, "to_step": last}
 

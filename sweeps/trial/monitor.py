@@ -62,6 +62,7 @@ class Monitor:
         self._warned = False
         self._hooked = False  # the optimizer's step tells the monitor when a step ran
         self._clip_unstepped = False  # clip() ran, and no optimizer step since
+        self._label_counts: torch.Tensor | None = None  # class labels seen by measure()
         inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper holds one
         if isinstance(inner, torch.optim.Optimizer):
             self._hooked = True
@@ -139,6 +140,11 @@ class Monitor:
         (an integer ``target``) get neither: a classifier that collapses onto one
         class sits at the random-guess loss, which flat_at_baseline catches, while a
         healthy one predicting mostly the frequent classes early on is no collapse.
+        Instead they add ``label_entropy`` and ``label_majority``: the cross-entropy
+        (nats) of predicting the frequencies of the labels seen so far, and the most
+        frequent label's share (negative labels, an ``ignore_index``, left out): the
+        random guess of a classifier whose classes are not equally frequent, which
+        flat_at_baseline uses when it is below ``rules.baseline_loss``.
 
         ``lr``: the LR this step uses, for a loop that updates the parameters itself
         (``p.data.add_(p.grad, alpha=-lr)``) and has no optimizer to read it from; it
@@ -164,12 +170,31 @@ class Monitor:
         if self._grad_clip is not None:
             metrics["clipped"] = 1.0 if grad_norm > self._grad_clip else 0.0
         if target is not None and is_class_labels(target):
+            metrics.update(self._label_guess(target))
             return metrics
         if pred is not None:
             metrics["pred_std"] = spread(pred)
         if target is not None:
             metrics["target_std"] = spread(target)
         return metrics
+
+
+    def _label_guess(self, target: torch.Tensor) -> dict[str, float]:
+        """``label_entropy`` and ``label_majority`` of the labels seen so far."""
+        labels = target.detach().reshape(-1).long()
+        labels = labels[labels >= 0].cpu()
+        if labels.numel() == 0:
+            return {}
+        counts = torch.bincount(labels).double()
+        seen = self._label_counts
+        if seen is not None:
+            size = max(seen.numel(), counts.numel())
+            counts = torch.nn.functional.pad(counts, (0, size - counts.numel())) + \
+                torch.nn.functional.pad(seen, (0, size - seen.numel()))
+        self._label_counts = counts
+        share = counts[counts > 0] / counts.sum()
+        return {"label_entropy": float(-(share * share.log()).sum()),
+                "label_majority": float(share.max())}
 
 
 def is_class_labels(target: torch.Tensor) -> bool:
