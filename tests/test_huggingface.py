@@ -20,6 +20,7 @@ transformers = pytest.importorskip("transformers")
 from sweeps.integrations.huggingface import (  # noqa: E402
     SweepsCallback,
     lr_scheduler,
+    lr_scheduler_flat,
     sweep_training_args,
     train_hf,
 )
@@ -290,6 +291,27 @@ def test_the_preflight_hook_steps_the_schedule_trainer_builds(schedule, errors):
     assert lrs[0] == 0.0 and max(lrs) == pytest.approx(1e-3) and lrs.index(max(lrs)) == 10
     findings = check_curve(lrs, 1e-3, RuleSettings(warmup_steps=10), "x")
     assert [f.evidence["evidence"]["kind"] for f in findings] == errors
+
+
+def test_a_flat_args_file_gives_its_training_arguments_and_a_missing_section_is_an_error():
+    """An ``HfArgumentParser`` args file is flat: model, data and training arguments side
+    by side. ``section=None`` takes the ``TrainingArguments`` fields from it; the default
+    section missing used to give every field its default in silence (a
+    ``cosine_with_restarts`` schedule passed preflight, the swept knobs did nothing)."""
+    flat = {"model_name_or_path": "none", "block_size": 16,
+            **{**BASE["training_args"], "lr_scheduler_type": "cosine_with_restarts",
+               "lr_scheduler_kwargs": {"num_cycles": 3}, "warmup_steps": 10},
+            "sweep": {"seed": 0, "max_steps": 90}}
+    args = sweep_training_args(flat, "/tmp/x", section=None)
+    assert args["learning_rate"] == BASE["training_args"]["learning_rate"]
+    assert "block_size" not in args and "model_name_or_path" not in args
+    with pytest.raises(ValueError, match="no 'training_args' section.*section=None"):
+        sweep_training_args(flat, "/tmp/x")
+    with pytest.raises(ValueError, match="no 'training_args' section"):
+        lr_curve(lr_scheduler, flat, 1e-3, 90)
+    lrs = lr_curve(lr_scheduler_flat, flat, 1e-3, 90)
+    findings = check_curve(lrs, 1e-3, RuleSettings(warmup_steps=10), "x")
+    assert [f.evidence["evidence"]["kind"] for f in findings] == ["warm_restart"]
 
 
 @pytest.mark.slow

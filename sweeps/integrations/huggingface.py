@@ -266,10 +266,34 @@ class SweepsCallback(TrainerCallback):
         self._handles, self._queued = [], False
 
 
+def training_section(config: Mapping[str, Any], section: str | None) -> dict[str, Any]:
+    """The ``TrainingArguments`` fields of ``config``: its ``section``, or with ``section``
+    None every top-level key that is a ``TrainingArguments`` field (one flat args file, as
+    ``HfArgumentParser.parse_yaml_file`` reads it, model and data arguments beside them).
+    A section the config lacks is an error: every field would be the default, and the
+    sweep's knobs written into nothing."""
+    if section is None:
+        import dataclasses
+
+        from transformers import TrainingArguments
+
+        fields = {f.name for f in dataclasses.fields(TrainingArguments) if f.init}
+        return {k: v for k, v in config.items() if k in fields}
+    if section not in config:
+        raise ValueError(
+            f"the config has no {section!r} section of TrainingArguments fields, so every "
+            f"field would be its default and the knobs written nowhere; its top-level keys: "
+            f"{', '.join(sorted(map(str, config))) or 'none'}. Fix: keep the fields under "
+            f"{section!r}, pass section='<yours>', or section=None for one flat args file "
+            "(HfArgumentParser's parse_yaml_file / parse_json_file layout)")
+    return dict(config.get(section) or {})
+
+
 def sweep_training_args(config: Mapping[str, Any], output_dir: str, *,
-                        section: str = "training_args", evaluate: bool = True,
+                        section: str | None = "training_args", evaluate: bool = True,
                         checkpoint: bool = False) -> dict[str, Any]:
-    """``TrainingArguments`` keyword arguments: ``config[section]`` with a trial's settings.
+    """``TrainingArguments`` keyword arguments: :func:`training_section` with a trial's
+    settings.
 
     From the reserved ``sweep`` section: ``max_steps``, ``seed`` (also ``data_seed``) and
     the device (``use_cpu`` on ``cpu``). For a sweep: ``output_dir``, no reporting
@@ -286,7 +310,7 @@ def sweep_training_args(config: Mapping[str, Any], output_dir: str, *,
         >>> args["learning_rate"], args["max_steps"], args["seed"], args["eval_steps"]
         (0.001, 40, 3, 40)
     """
-    args = dict(config.get(section) or {})
+    args = training_section(config, section)
     sweep = config.get("sweep") or {}
     if sweep.get("max_steps") is not None:
         args["max_steps"] = int(sweep["max_steps"])
@@ -352,7 +376,7 @@ def compile_args(mode: str | bool | None) -> dict[str, Any]:
 
 
 def lr_scheduler(config: Mapping[str, Any], optimizer: torch.optim.Optimizer, *,
-                 section: str = "training_args") -> Any:
+                 section: str | None = "training_args") -> Any:
     """The LR schedule ``Trainer`` builds from ``config[section]`` over the trial's steps.
 
     The preflight schedule hook (``preflight: {scheduler:
@@ -371,9 +395,16 @@ def lr_scheduler(config: Mapping[str, Any], optimizer: torch.optim.Optimizer, *,
                          scheduler_specific_kwargs=args.lr_scheduler_kwargs)
 
 
+def lr_scheduler_flat(config: Mapping[str, Any], optimizer: torch.optim.Optimizer) -> Any:
+    """:func:`lr_scheduler` of one flat args file (``section=None``), for the preflight
+    hook: ``preflight: {scheduler: sweeps.integrations.huggingface:lr_scheduler_flat}``."""
+    return lr_scheduler(config, optimizer, section=None)
+
+
 def train_hf(config: Mapping[str, Any], report: Report, *, train_dataset: Any,
              eval_dataset: Any = None, model: Any = None,
-             model_init: Callable[[], Any] | None = None, section: str = "training_args",
+             model_init: Callable[[], Any] | None = None,
+             section: str | None = "training_args",
              compile_mode: str | bool | None = None, trainer_class: type | None = None,
              checkpoint: bool = True, **trainer_kwargs: Any) -> Any:
     """Run one sweeps trial as a ``transformers.Trainer`` training; returns the Trainer.
@@ -381,9 +412,11 @@ def train_hf(config: Mapping[str, Any], report: Report, *, train_dataset: Any,
     ``TrainingArguments`` come from ``config[section]`` through
     :func:`sweep_training_args`, so a sweep's ``write_back`` paths are its fields
     (``training_args.learning_rate``, ``.max_grad_norm``, ``.weight_decay``,
-    ``.warmup_steps``). Prefer ``model_init`` (called after the trial's seed is set) to
-    ``model``. ``compile_mode``: a ``compile`` knob's value, kept outside the section
-    (TrainingArguments has no ``none`` mode), set as :func:`compile_args`.
+    ``.warmup_steps``); ``section=None``: from the config's top-level keys that are
+    ``TrainingArguments`` fields (a flat ``HfArgumentParser`` args file). Prefer
+    ``model_init`` (called after the trial's seed is set) to ``model``. ``compile_mode``:
+    a ``compile`` knob's value, kept outside the section (TrainingArguments has no
+    ``none`` mode), set as :func:`compile_args`.
     ``trainer_kwargs`` go to the Trainer (``data_collator``, ``processing_class``,
     ``compute_metrics``, ``callbacks``, ...); ``trainer_class`` is a Trainer subclass of
     yours. With an ``eval_dataset``, ``val_loss`` is reported at least at the last step.
