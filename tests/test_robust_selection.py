@@ -568,6 +568,18 @@ def test_resume_with_a_larger_step_budget_settles_what_the_budget_left(linreg_di
     assert "--total-steps" in capsys.readouterr().err
     assert (out / "sweep.yaml").read_text() == saved, "a refused resume changes nothing"
 
+    # the note's own command settles the candidate it names, twice in a row: the second
+    # resume's round is a Ray Tune experiment of the name the first one's took
+    import re
+
+    for _ in range(2):
+        note = (out / "selection_notes.txt").read_text()
+        named, total = re.search(r"the next candidate, (\w+), needs \d+ more: `sweeps "
+                                 r"resume \S+ --total-steps (\d+)`", note).groups()
+        ran = read_results_csv(out / "trials.csv")["role"].str.endswith(f":{named}").sum()
+        assert main(["resume", str(out), "--quiet", "--total-steps", total]) == 0
+        settled = read_results_csv(out / "trials.csv")
+        assert settled["role"].str.endswith(f":{named}").sum() > ran, f"{named} ran nothing"
     assert main(["resume", str(out), "--quiet", "--total-steps", "600"]) == 0
     after = read_results_csv(out / "trials.csv")
     search_before = set(before.query("role == 'search'")["trial_id"])
@@ -622,3 +634,33 @@ def test_a_racer_screened_during_the_search_and_then_not_settled_is_listed(linre
         "not settled: confirm.keep is 1, and 1 candidate(s) ranked ahead of it")
     assert "1 of 2 confirmation runs recorded" in left["s1"].fragile_reason
     assert not any(r.role == "confirm:s1" and r.seed == 2 for r in offline.book.trials.values())
+
+
+@pytest.mark.slow
+def test_a_round_named_like_one_an_earlier_run_finished_still_runs(linreg_dir, ray_session):
+    """A resume with a larger budget numbers its rounds from ``confirm`` again; where the
+    earlier run finished a round of that name, restoring it ran nothing, and a candidate
+    whose screen was done (its round had only the probe and a seed) never ran: the note's
+    own ``--total-steps`` left it unsettled. What the restored round did not run now
+    runs under a name of its own."""
+    from sweeps.protocol import LR_SCALE_KEY, ROLE_KEY, SEED_KEY
+    from sweeps.record.book import books_of, open_book
+    from sweeps.spec.loader import load_sweep
+    from sweeps.tune.experiments import run_configs
+
+    edit_linreg(linreg_dir, budget={"trials": 1, "max_steps": 10, "concurrent": 2,
+                                    "scheduler": "none"})
+    sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir)
+    sweep.output_dir.mkdir(parents=True)
+
+    def run(of: str) -> dict:
+        return {"lr": 0.05, SEED_KEY: 1, ROLE_KEY: f"confirm:{of}", LR_SCALE_KEY: None}
+
+    with books_of(sweep):
+        book = open_book(sweep)
+        run_configs(sweep, book, [run("first")], "confirm", progress=False)
+        run_configs(sweep, book, [run("first"), run("later")], "confirm", progress=False,
+                    resume=True)
+    roles = sorted(rec.role for rec in book.trials.values())
+    assert roles == ["confirm:first", "confirm:later"], "each ran once"
+    assert (sweep.output_dir / "confirm-resumed").is_dir()

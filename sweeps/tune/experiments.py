@@ -10,7 +10,7 @@ from ray import tune
 from ray.tune.schedulers import TrialScheduler
 from ray.tune.search import Searcher
 
-from sweeps.protocol import RUN_KEY
+from sweeps.protocol import ROLE_KEY, RUN_KEY, SEED_KEY
 from sweeps.record.book import TrialBook
 from sweeps.spec.loader import Sweep
 from sweeps.tune.callbacks import RuleStopper, TrialEvents, WorkerLogs
@@ -86,7 +86,13 @@ def run_configs(sweep: Sweep, book: TrialBook, configs: list[dict[str, Any]], na
     path = sweep.output_dir / name
     if resume and tune.Tuner.can_restore(str(path)):
         _restored(path, sweep, progress)
-        return
+        # a stage of the same name can be one an earlier run finished (a resume with a
+        # larger budget numbers its rounds from the first again): what it did not run
+        # runs now, under a name of its own
+        configs = [c for c in configs if not _recorded(book, c)]
+        if not configs:
+            return
+        name = _unused(sweep.output_dir, name)
     tuner = tune.Tuner(
         _trainable(sweep),
         tune_config=tune.TuneConfig(
@@ -95,6 +101,22 @@ def run_configs(sweep: Sweep, book: TrialBook, configs: list[dict[str, Any]], na
             scheduler=WatchedFIFO(book, sweep.spec.budget.hang_timeout)),
         run_config=_run_config(sweep, name, book, len(configs), progress, stage))
     tuner.fit()
+
+
+def _recorded(book: TrialBook, config: dict[str, Any]) -> bool:
+    """Whether the book holds a run of ``config``: its role and seed (a candidate's fresh
+    seed, LR probe or the base config's run)."""
+    role, seed = config.get(ROLE_KEY), config.get(SEED_KEY)
+    return any(rec.role == role and rec.seed == seed for rec in book.trials.values())
+
+
+def _unused(folder: Path, name: str) -> str:
+    """``name-resumed``, ``name-resumed-2``, …: the first with no folder in ``folder``."""
+    k, candidate = 1, f"{name}-resumed"
+    while (folder / candidate).exists():
+        k += 1
+        candidate = f"{name}-resumed-{k}"
+    return candidate
 
 
 def _restored(path: Path, sweep: Sweep, progress: bool) -> None:
