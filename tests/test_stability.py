@@ -428,3 +428,21 @@ def test_ray_that_does_not_start_is_one_line_and_the_previous_grid_stays(linreg_
     assert "Traceback" not in err
     assert (earlier / "stability.csv").read_text() == "the earlier grid"
     assert not [p for p in earlier.iterdir() if p.name.startswith("grid-")]
+
+
+def test_a_grid_over_grad_clip_gives_one_recommendation_of_it():
+    """Over ``--param grad_clip`` the grid recommends a clip it tested; the clip its grad
+    norms suggest is said beside it, not as a second ``recommended grad_clip``."""
+    import pandas as pd
+
+    from sweeps.commands.stability import StabilityOutcome
+
+    def outcome(names, recommended, clip):
+        return StabilityOutcome(pd.DataFrame(), names, recommended, "best", clip,
+                                "90th percentile of the grad norms is 18", None, "", [], [])
+
+    over_clip = outcome(["grad_clip"], 1.0, 18.0).clip_line
+    assert not over_clip.startswith("recommended")
+    assert "grad_clip 18, which the grid did not test" in over_clip and "--values" in over_clip
+    assert outcome(["grad_clip"], 18.0, 18.0).clip_line.startswith("grad norms: ")
+    assert outcome(["lr"], 0.01, 18.0).clip_line.startswith("recommended grad_clip: 18 (")

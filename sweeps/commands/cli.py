@@ -208,8 +208,7 @@ def cmd_stability(args: argparse.Namespace) -> int:
     console.print(f"boundary: {result.boundary_text}")
     console.print(f"recommended {args.param}: {stability.label((result.recommended,))} "
                   f"({result.why})")
-    clip = "none" if result.clip is None else f"{result.clip:.3g}"
-    console.print(f"recommended grad_clip: {clip} ({result.clip_why})")
+    console.print(result.clip_line)
     for w in result.warnings:
         console.print(f"warning: {w}")
     console.print("written: " + ", ".join(str(f) for f in result.files))

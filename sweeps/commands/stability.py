@@ -64,6 +64,18 @@ class StabilityOutcome:
     quality_note: str = ""
     display: pd.DataFrame | None = None
 
+    @property
+    def clip_line(self) -> str:
+        """The grad_clip line: a recommendation, or, when grad_clip is the knob the grid
+        varied (the line above recommends it), what its grad norms suggest beside it."""
+        value = "none" if self.clip is None else f"{self.clip:.3g}"
+        if self.names[0] != "grad_clip":
+            return f"recommended grad_clip: {value} ({self.clip_why})"
+        if self.clip is None or self.clip == self.recommended:
+            return f"grad norms: {self.clip_why}"
+        return (f"grad norms suggest grad_clip {value}, which the grid did not test "
+                f"({self.clip_why}): add it to --values to compare it with the grid's pick")
+
 
 def _check_knob(sweep: Sweep, name: str, values: list[Any], flag: str) -> None:
     if name not in sweep.space:
@@ -186,16 +198,16 @@ def write_stability(sweep: Sweep, book: TrialBook, names: list[str]) -> Stabilit
           display.to_markdown(index=False), "",
           f"- {note}",
           f"- boundary: {_edge(below, above)}",
-          f"- recommended {names[0]}: {stability.label((recommended,))} ({why})",
-          f"- recommended grad_clip: {clip if clip is None else f'{clip:.3g}'} ({clip_why})"]
-    md += [f"- warning: {w}" for w in warnings]
+          f"- recommended {names[0]}: {stability.label((recommended,))} ({why})"]
+    edge = (below.key[0] if below else None, above.key[0]) if above else None
+    outcome = StabilityOutcome(table, names, recommended, why, clip, clip_why, edge,
+                               _edge(below, above), warnings, files, note, display)
+    md += [f"- {outcome.clip_line}"] + [f"- warning: {w}" for w in warnings]
     write_text(files[1], "\n".join(md) + "\n")
     if len(names) == 2:
         files.append(out / "stability_map.png")
         stability.draw_map(rows, names, files[-1], quality)
-    edge = (below.key[0] if below else None, above.key[0]) if above else None
-    return StabilityOutcome(table, names, recommended, why, clip, clip_why, edge,
-                            _edge(below, above), warnings, files, note, display)
+    return outcome
 
 
 def _edge(below, above) -> str:
