@@ -87,6 +87,7 @@ def test_lr_grid_places_the_boundary_and_recommends_below_it(linreg_dir, ray_ses
     assert "recommended lr: 0.1" in out and "also the largest safe value" in out
     md = (linreg_dir / "results" / "linreg" / "stability" / "stability.md").read_text()
     assert "between 0.5 and 2 (explodes)" in md and "recommended grad_clip" in md
+    assert "Every run: 60 steps, 2 seed(s) per cell; no other knob searched." in md
     assert "val_loss (min–max)" in md and "'stable, poor' = more than 10% worse" in md
 
 

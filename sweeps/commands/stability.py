@@ -144,7 +144,7 @@ def run_stability(sweep: Sweep, param: str, values: list[Any], *, seeds: int = 3
         with books_of(sweep):
             book = open_book(sweep, FOLDER)
             run_configs(sweep, book, runs, "ray", progress=progress, stage=STABILITY)
-            return write_stability(sweep, book, names)
+            return write_stability(sweep, book, names, held=base, seeds=seeds)
 
 
 #: A grid's own files in the stability folder (the preflight's and the probe's stay).
@@ -177,8 +177,13 @@ def quality_of(sweep: Sweep) -> stability.Quality | None:
         if first else None
 
 
-def write_stability(sweep: Sweep, book: TrialBook, names: list[str]) -> StabilityOutcome:
-    """stability.csv, stability.md and, for two knobs, stability_map.png."""
+def write_stability(sweep: Sweep, book: TrialBook, names: list[str], *,
+                    held: dict[str, Any] | None = None, seeds: int | None = None
+                    ) -> StabilityOutcome:
+    """stability.csv, stability.md and, for two knobs, stability_map.png; ``held``: the
+    other knobs' values every run had, and ``seeds`` how many each cell ran, said in
+    stability.md so a grid around a hand-over reads apart from one around the base
+    config once the next grid moves it aside."""
     out = sweep.output_dir
     rows = stability.cells(book, names[0], names[1] if len(names) > 1 else None)
     quality = quality_of(sweep)
@@ -199,6 +204,12 @@ def write_stability(sweep: Sweep, book: TrialBook, names: list[str]) -> Stabilit
           f"- {note}",
           f"- boundary: {_edge(below, above)}",
           f"- recommended {names[0]}: {stability.label((recommended,))} ({why})"]
+    if held is not None:
+        knobs = ", ".join(f"{k}={stability.label((v,))}" for k, v in sorted(held.items()))
+        md.insert(2, f"Every run: {sweep.spec.budget.max_steps} steps"
+                  + (f", {seeds} seed(s) per cell" if seeds else "")
+                  + (f"; the other knobs held at {knobs} (`--set`, else the base "
+                     "config's)" if knobs else "; no other knob searched") + ".\n")
     edge = (below.key[0] if below else None, above.key[0]) if above else None
     outcome = StabilityOutcome(table, names, recommended, why, clip, clip_why, edge,
                                _edge(below, above), warnings, files, note, display)
