@@ -176,7 +176,7 @@ def test_crashing_trials_are_classified_and_the_sweep_goes_on(linreg_dir, ray_se
 
 
 def test_a_config_stable_only_on_a_lucky_seed_does_not_reach_stable(linreg_dir, ray_session,
-                                                                   monkeypatch):
+                                                                   monkeypatch, capsys):
     tmp_path = linreg_dir
     edit_linreg(tmp_path, name="lucky",
                 search_space={"lr": {"type": "loguniform", "low": 0.01, "high": 0.1}},
@@ -194,6 +194,25 @@ def test_a_config_stable_only_on_a_lucky_seed_does_not_reach_stable(linreg_dir, 
     assert not list((out / "stable").glob("*.yaml")), "no lucky-seed config is written"
     trials = _trials(out)
     assert (trials[trials["role"] == "search"]["status"] == "ok").all()
+    assert "(none: no candidate held on every fresh seed)" in capsys.readouterr().out
+
+
+def test_a_sweep_where_every_trial_sat_at_the_guess_says_what_to_check(linreg_dir,
+                                                                      ray_session, capsys):
+    """Labels that carry no signal leave every trial at the random guess: nothing is
+    handed over, and the summary says no trial ended ok and what to check, not that
+    candidates failed fresh seeds none of them ran."""
+    edit_linreg(linreg_dir, name="nothing-learnt",
+                search_space={"lr": {"type": "loguniform", "low": 1e-7, "high": 1e-6}},
+                budget={"trials": 2, "max_steps": 60, "concurrent": 2, "scheduler": "none"},
+                train={"lr": 5e-7})  # the base config learns nothing either
+    assert run_cli_in(linreg_dir, "run", "linreg.yaml", "--quiet") == 0
+    trials = _trials(linreg_dir / "results" / "nothing-learnt")
+    assert (trials[trials["role"] == "search"]["reason"] == "flat_at_baseline").all()
+    out = capsys.readouterr().out
+    assert "(none: no search trial ended ok (2 flat_at_baseline); every one sat at the " \
+           "random guess" in " ".join(out.split())
+    assert "labels reach the loss" in " ".join(out.split())
 
 
 def test_a_json_base_config_comes_back_as_json_the_users_script_reads(linreg_dir, ray_session,

@@ -37,6 +37,23 @@ console = make_console()
 err_console = make_console(stderr=True)
 
 
+def _none_held(book: Any, chosen: Any) -> str:
+    """Why nothing was handed over: the candidates failed their fresh seeds, or no search
+    trial ended ok (and, when every one sat at the random guess, what to check)."""
+    if chosen.candidates:
+        return "no candidate held on every fresh seed"
+    search = [r for r in book.trials.values() if r.role == SEARCH and r.finished]
+    if any(r.status == OK for r in search):
+        return "no search trial learnt enough to race on a fresh seed"
+    why = Counter(r.reason or (r.diagnosis or {}).get("reason") or r.status for r in search)
+    text = "no search trial ended ok (" + ", ".join(f"{n} {k}" for k, n in why.most_common()) + ")"
+    if search and set(why) == {"flat_at_baseline"}:
+        text += ("; every one sat at the random guess, so nothing was learnt at any setting: "
+                 "check that the labels reach the loss and belong to their inputs, and that "
+                 "rules.baseline_loss is the random guess of your data")
+    return text
+
+
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return "" if math.isnan(v) else f"{v:.4g}"
@@ -459,7 +476,7 @@ def print_selection(outcome) -> None:
                if conf.trial_id == chosen.base_id else "")
         console.print(f"  {path}  ({metric} mean {mean}, worst seed {worst}{own})")
     if not outcome.stable_paths:
-        console.print("  (none: no candidate held on every fresh seed)")
+        console.print(f"  (none: {_none_held(outcome.book, chosen)})")
     if chosen.base is not None and chosen.base.mean is not None:
         console.print(f"base config: {chosen.base.summary()}")
     stopped = outcome.book.trials.get(chosen.base_id) if chosen.base_id else None
