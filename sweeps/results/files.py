@@ -22,6 +22,7 @@ from sweeps.protocol import (
 )
 from sweeps.record import objectives
 from sweeps.results.export import suffix, write_config
+from sweeps.rules._history import finite_values
 from sweeps.spec.loader import Sweep
 from sweeps.spec.space import Categorical, fixed_value
 from sweeps.state.atomic import replace_dir, write_text
@@ -202,6 +203,30 @@ def _quality_text(conf: Confirmation) -> str:
             "seed counted)")
 
 
+#: Share of reports clipped past which a hand-over's header says the clip sets the step.
+CLIPPED_THROUGHOUT = 0.9
+
+
+def clipped_throughout(rec: TrialRecord) -> str | None:
+    """Said of a config whose search run was clipped on at least :data:`CLIPPED_THROUGHOUT`
+    of the reports that carry ``clipped``: the clip, not the LR, set its step size (a
+    loss summed over a batch of 512 rather than averaged gave grad norms 80-780 against
+    a clip of 5 on every step), so the config holds at that clip and that gradient scale
+    only. None otherwise."""
+    flags = finite_values(rec.history, "clipped", 0, len(rec.history))
+    if len(flags) < 10 or sum(f > 0 for f in flags) < CLIPPED_THROUGHOUT * len(flags):
+        return None
+    clip = rec.values.get("grad_clip")
+    norms = sorted(finite_values(rec.history, "grad_norm", 0, len(rec.history)))
+    ratio = ""
+    if norms and isinstance(clip, (int, float)) and clip > 0:
+        ratio = f", its median grad norm {norms[len(norms) // 2] / clip:.3g}x grad_clip {clip:g}"
+    share = sum(f > 0 for f in flags) / len(flags)
+    return (f"clipped on {share:.0%} of its steps{ratio}: the clip, not the LR, sets the step "
+            "size; a loss summed over the batch rather than averaged gives this, and the "
+            "config then holds at this clip only")
+
+
 def provenance(sweep: Sweep, chosen: Selection, rank: int, conf: Confirmation,
                rec: TrialRecord, values: list[float | None]) -> dict[str, Any]:
     """The YAML header of one handed-over config."""
@@ -227,6 +252,9 @@ def provenance(sweep: Sweep, chosen: Selection, rank: int, conf: Confirmation,
         out["NOTE"] = ("grad_clip 0 means no clipping: a script that calls "
                        "clip_grad_norm_(params, 0) scales every gradient to zero; skip the "
                        "clip at 0")
+    clipping = clipped_throughout(rec)
+    if clipping:
+        out["clipping"] = clipping
     line = chosen.base_line() if rank == 1 else None
     if line:  # "your base config: held and nothing beat it: …"
         out["your base config"] = line.removeprefix("your base config ")

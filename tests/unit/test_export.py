@@ -174,3 +174,22 @@ def test_text_that_reads_as_a_number_stays_text_for_yaml_1_2_readers(linreg_swee
     assert OmegaConf.load(path).train.lr == "1e-3"
     assert write_config(tmp_path / "n.yaml", linreg_sweep, {"lr": 1e-3}, {}).read_text() \
         .count("lr: 0.001") == 1
+
+
+def test_a_config_clipped_on_almost_every_step_says_the_clip_set_its_step() -> None:
+    """A loss summed over a batch of 512 gave grad norms of 80-780 against a clip of 5 on
+    every step: the hand-over held, its header said nothing. Now it says how often and by
+    how much; a config clipped now and then says nothing."""
+    from sweeps.record.book import TrialRecord
+    from sweeps.results.files import clipped_throughout
+
+    def run(clipped_every: int) -> TrialRecord:
+        history = [{"step": k, "grad_norm": 200.0 if k % clipped_every == 0 else 2.0,
+                    "clipped": 1.0 if k % clipped_every == 0 else 0.0} for k in range(1, 101)]
+        return TrialRecord("t", {"lr": 0.1, "grad_clip": 5.0}, 0, history=history)
+
+    said = clipped_throughout(run(1))
+    assert said is not None and said.startswith("clipped on 100% of its steps, its median "
+                                                "grad norm 40x grad_clip 5")
+    assert "summed over the batch" in said
+    assert clipped_throughout(run(3)) is None
