@@ -77,6 +77,12 @@ LOSS_AT_GUESS: Final = ("loss_at_guess: its training loss sat at the random gues
 BACK_AT_GUESS: Final = ("back_at_guess: its training loss went back to the random guess "
                         "(rules.baseline_loss) after it had learnt, and ended there: it "
                         "lost what it learnt")
+#: The warning of a run that ended ok with its LR still rising well past its warmup
+#: (:func:`sweeps.rules.lr_anomaly.still_warming`).
+LR_STILL_WARMING: Final = ("lr_still_warming: its LR was still rising at its end, at least "
+                           "twice its warmup past the start and under half the sampled lr: "
+                           "the warmup never ended (a scheduler stepped per epoch where it "
+                           "counts steps?)")
 TRACEBACK_KEY: Final = "sweeps/traceback"
 FINAL_KEY: Final = "sweeps/final"  # a summary result that repeats the last report
 COMPILE_KEY: Final = "sweeps/compile"  # the trial's compile evidence (JSON), when it changed

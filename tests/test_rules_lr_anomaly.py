@@ -250,3 +250,30 @@ def test_a_per_epoch_decay_stepped_per_batch_vanishes():
     verdict = first_firing(history, RuleSettings(sampled_lr=0.1))
     assert verdict.evidence["kind"] == "vanished_lr" and verdict.evidence["peak_step"] == 0
     assert verdict.evidence["vanished_at_step"] == 132 and verdict.step == 265
+
+
+def test_a_warmup_stepped_per_epoch_is_still_rising_at_the_end_and_says_so(linreg_dir):
+    """``scheduler.step()`` once per epoch of 40 steps under a 48-step warmup: the LR
+    rises all run and ends at an eighth of the sampled lr. No rule stops it (it trains);
+    a run that ends ok carries ``lr_still_warming``. A warmup that ended, and a run
+    with no warmup declared, do not."""
+    from sweeps.protocol import FINAL_KEY, LR_STILL_WARMING, STATUS_KEY
+    from sweeps.record.book import TrialBook
+    from sweeps.spec.loader import load_sweep
+    from tests.conftest import edit_linreg
+
+    edit_linreg(linreg_dir, rules={"baseline_loss": 1.0, "warmup_steps": 48})
+    book = TrialBook(load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir))
+    lrs = {"per-epoch": lambda k: 0.25 * (k // 40 + 1) / 48,
+           "per-step": lambda k: 0.25 * min(1.0, k / 48)}
+    for name, lr in lrs.items():
+        for k in range(1, 201):
+            book.record(name, {"step": k, "loss": 1 / k, "lr": lr(k), "config": {"lr": 0.25}})
+        book.record(name, {"step": 200, "loss": 0.005, "lr": lr(200), "config": {"lr": 0.25},
+                           STATUS_KEY: "ok", FINAL_KEY: 1})
+    warned = book.trials["per-epoch"].warnings
+    assert len(warned) == 1 and warned[0].startswith(LR_STILL_WARMING)
+    assert "lr 0.0312 at step 200, 12% of the sampled 0.25, up from 0.0156 at step 96" \
+        in warned[0]
+    assert book.trials["per-step"].warnings == []
+    assert book.trials["per-epoch"].status == "ok"

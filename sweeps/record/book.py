@@ -29,6 +29,7 @@ from sweeps.protocol import (
     GPU_PEAK_KEY,
     LOSS_AT_GUESS,
     LR_SCALE_KEY,
+    LR_STILL_WARMING,
     OK,
     PRUNED,
     REASON_KEY,
@@ -46,7 +47,8 @@ from sweeps.protocol import (
 from sweeps.record import objectives
 from sweeps.record.journal import Journal, JournalDamaged
 from sweeps.record.worker_logs import worker_log_path
-from sweeps.rules import flat_at_baseline
+from sweeps.rules import flat_at_baseline, lr_anomaly
+from sweeps.rules.lr_anomaly import warming_text
 from sweeps.rules.verdict import Verdict
 from sweeps.spec.loader import Objective, Sweep
 from sweeps.trial.compile import eager_fallback
@@ -303,6 +305,9 @@ class TrialBook:
                     rec.warnings.append(
                         f"{BACK_AT_GUESS} (from step {back['from_step']}; its smoothed loss "
                         f"had reached {back['lowest']:.4g} at step {back['lowest_at_step']})")
+                warming = lr_anomaly.still_warming(rec.history, settings)
+                if warming is not None:
+                    rec.warnings.append(f"{LR_STILL_WARMING} ({warming_text(warming)})")
             self._save_outcome(rec)
         else:
             verdict = rules.evaluate(rec.history, trial_settings(self.sweep, rec.values,

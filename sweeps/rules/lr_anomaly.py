@@ -191,5 +191,45 @@ def _climb(
     return _verdict(now, evidence)
 
 
+def still_warming(history: Sequence[Mapping[str, Any]],
+                  settings: RuleSettings) -> dict[str, Any] | None:
+    """Evidence that a run's LR was still rising at its end, at least twice its declared
+    warmup past the start, and under half the sampled lr: a warmup that never ended (a
+    scheduler stepped per epoch where it counts steps, a warmup in other units), else
+    None. Said of a run that ended ok, not a stop: the run trained, at an LR it never
+    meant. Needs ``warmup_steps`` and ``sampled_lr``.
+
+    Example:
+        >>> s = RuleSettings(warmup_steps=48, sampled_lr=0.25)
+        >>> per_epoch = [{"step": k, "lr": 0.25 * (k // 40 + 1) / 48} for k in range(1, 201)]
+        >>> still_warming(per_epoch, s)["share_of_lr"]
+        0.125
+    """
+    warm, sampled = settings.warmup_steps, settings.sampled_lr
+    if not warm or sampled is None or not history:
+        return None
+    now = newest_step(history)
+    late = bisect.bisect_left(history, 2 * warm, key=step_key)
+    found = (finite_num(history[i], "lr") for i in range(late, len(history)))
+    at_twice = next((v for v in found if v is not None), None)
+    last = finite_num(history[-1], "lr")
+    if at_twice is None or last is None or now < 2 * warm + 10 or \
+            not at_twice * WARMING_RISE < last < 0.5 * sampled:
+        return None
+    return {"lr": last, "lr_at_twice_warmup": at_twice, "warmup_steps": warm, "step": now,
+            "sampled_lr": sampled, "share_of_lr": round(last / sampled, 4)}
+
+
+def warming_text(found: Mapping[str, Any]) -> str:
+    """:func:`still_warming`'s evidence for people."""
+    return (f"lr {found['lr']:.3g} at step {found['step']}, {found['share_of_lr']:.0%} of the "
+            f"sampled {found['sampled_lr']:.3g}, up from {found['lr_at_twice_warmup']:.3g} at "
+            f"step {2 * found['warmup_steps']}, twice the warmup")
+
+
+#: How much the LR must have risen since twice the warmup for :func:`still_warming`.
+WARMING_RISE = 1.25
+
+
 def _verdict(step: int, evidence: dict[str, Any]) -> Verdict:
     return Verdict("lr_anomaly", step, evidence)

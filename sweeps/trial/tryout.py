@@ -17,12 +17,14 @@ from sweeps.protocol import (
     COMPILE_KEY,
     FINAL_KEY,
     LOSS_AT_GUESS,
+    LR_STILL_WARMING,
     REASON_KEY,
     RESULT_PREFIX,
     SEED_KEY,
     TRACEBACK_KEY,
 )
 from sweeps.rules.flat_at_baseline import back_at_guess, sat_at_guess
+from sweeps.rules.lr_anomaly import still_warming, warming_text
 from sweeps.spec.config_paths import get_path, leaf_paths
 from sweeps.spec.loader import RESERVED_KEY, Sweep
 from sweeps.spec.space import Categorical, Fixed, IntRange, LogUniform, Uniform, central_value
@@ -202,6 +204,9 @@ def try_trial(sweep: Sweep, sets: dict[str, Any], *, steps: int | None = None,
                                   f"{sat['mean_smoothed_loss']:.4g} from step "
                                   f"{sat['from_step']} to {sat['to_step']}, the random guess "
                                   f"{sat['baseline']:g})"))
+        warming = still_warming(reporter.history, reporter.settings)
+        if warming is not None:
+            console.print(flagged("warning", f": {LR_STILL_WARMING} ({warming_text(warming)})"))
         back = None if sat is not None else back_at_guess(reporter.history, reporter.settings)
         if back is not None:
             console.print(flagged("warning", f": {BACK_AT_GUESS} (from step "
