@@ -199,6 +199,12 @@ def test_boundary_logic_on_synthetic_cells():
     assert value == 1e-4 and "2x below" in why
     rows[0] = cell(1e-4, ["unstable", "unstable"], reason="flat_at_baseline")
     assert rows[0].verdict() == "too slow"
+    assert rows[3].verdict() == "explodes"
+    # outputs collapsed onto the mean image on both seeds: they failed, nothing exploded
+    collapsed = cell(1e-2, ["unstable", "unstable"], reason="collapse")
+    assert collapsed.verdict() == "fails"
+    rows[3] = collapsed
+    assert stability.boundary(rows)[1].key == (3e-3,), "a failing cell is past the edge too"
 
 
 def test_a_trainer_that_raises_is_crashed_not_explodes():

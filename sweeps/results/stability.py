@@ -101,6 +101,12 @@ def plan(base_values: dict[str, Any], param: str, values: list[Any], seeds: list
     return runs
 
 
+#: Reasons that make a failed cell read ``explodes`` (the loss or the gradient blew up);
+#: a cell whose seeds failed mostly otherwise (outputs collapsed, a broken LR schedule)
+#: reads ``fails``.
+EXPLOSIONS = frozenset({"non_finite", "grad_blowup", "divergence", "loss_spike"})
+
+
 @dataclass
 class Cell:
     """One grid point: its runs and what they showed."""
@@ -147,7 +153,8 @@ class Cell:
 
     def verdict(self) -> str:
         """crashed when the trainer raised on every seed (an error, not instability);
-        explodes / borderline by the share of seeds that failed hard; else too slow (not
+        explodes (most of them blew up: :data:`EXPLOSIONS`; else ``fails``, e.g. outputs
+        collapsed) / borderline by the share of seeds that failed hard; else too slow (not
         learning, or ended at the random guess: :meth:`at_guess`) or stable. Above an LR
         whose seeds all learnt (:attr:`above_learning`), a seed flat at the guess or whose
         loss did not fall failed: ``dead`` when that is more than half of them, else
@@ -162,7 +169,10 @@ class Cell:
         if hard or dead:
             if len(hard) + len(dead) <= len(self.runs) / 2:
                 return "borderline"
-            return "explodes" if len(hard) >= len(dead) else "dead"
+            if len(hard) < len(dead):
+                return "dead"
+            blown = sum(r.reason in EXPLOSIONS for r in hard)
+            return "explodes" if blown * 2 >= len(hard) else "fails"
         if any(r.failed for r in self.runs) or not self.loss_decreased() or \
                 self.at_guess():
             return "too slow"
@@ -226,7 +236,7 @@ def boundary(rows: list[Cell]) -> tuple[Cell | None, Cell | None]:
         v = cell.verdict()
         if v in ("stable", "too slow"):
             last_ok = cell
-        elif last_ok is not None and v in ("explodes", "borderline", "dead"):
+        elif last_ok is not None and v in ("explodes", "fails", "borderline", "dead"):
             return last_ok, cell
     return last_ok, None
 
@@ -517,7 +527,8 @@ def draw_map(rows: list[Cell], names: list[str], path, quality: Quality | None =
     import matplotlib.pyplot as plt
 
     colours = {"stable": "#2a9d8f", "stable, poor": "#8ab17d", "too slow": "#e9c46a",
-               "borderline": "#f4a261", "explodes": "#e76f51", "dead": "#264653",
+               "borderline": "#f4a261", "explodes": "#e76f51", "fails": "#d62828",
+               "dead": "#264653",
                "crashed": "#6d597a"}
     marks = verdicts(rows, quality)
     xs = sorted({c.key[0] for c in rows}, key=_order)
