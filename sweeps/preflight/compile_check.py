@@ -65,7 +65,8 @@ def error_line(stderr: str) -> str | None:
 
 def check_modes(modes: list[str], *, gpu_requested: bool,
                 timeout: float = 300.0) -> tuple[list[str], list[Finding]]:
-    """The modes that can work here, and a finding for each one dropped."""
+    """The modes that can work here, a finding for each one dropped, and an ``info``
+    finding naming the modes that compiled (a passing check left no trace)."""
     findings: list[Finding] = []
     usable: list[str] = []
     gpu = gpu_requested and has_gpu()
@@ -92,6 +93,13 @@ def check_modes(modes: list[str], *, gpu_requested: bool,
                 f"({reason})", "install a working compiler toolchain (and Triton on GPU), or "
                 "leave this mode out of the search space",
                 {"mode": mode, "error": reason, "device": "cuda" if gpu else "cpu"}))
+    probed = [m for m in usable if m != "none"]
+    if probed:
+        where = "this machine's GPU" if gpu else "this machine"
+        findings.append(Finding(
+            "compile", "info", f"torch.compile mode(s) {', '.join(map(repr, probed))} "
+            f"compiled a small model on {where}: kept in the search", "",
+            {"modes": probed}))
     return usable, findings
 
 
