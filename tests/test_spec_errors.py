@@ -104,6 +104,10 @@ CASES = {
         d["search_space"].update(dropout={"type": "uniform", "low": 0.0, "high": 0.3}),
         d["write_back"].update(lr="train", dropout="train.lr")), "write_back.lr",
         "'train' is a section holding 'train.lr' (knob dropout)"),
+    "a knob written to the section its neighbour's leaf is in": (lambda d: (
+        d["search_space"].update(dropout={"type": "uniform", "low": 0.0, "high": 0.3}),
+        d["write_back"].update(lr="train", dropout="train.dropout")), "write_back.lr",
+        "give each knob its own leaf path, e.g. 'lr: train.lr'"),
     "a knob name misspelt in write_back": (lambda d: d["write_back"].update(
         {"lrr": d["write_back"].pop("lr")}), "write_back.lrr", "did you mean 'lr'?"),
     "a knob key misspelt": (lambda d: d["search_space"].update(

@@ -1096,14 +1096,22 @@ def _check_write_back(write_back: dict[str, str], space: dict[str, _Knob],
             if path.startswith(other + "."):  # the other knob's path is a section: its fault
                 raise SpecError(f"write_back.{other_knob}", f"'{other}' is a section holding "
                                 f"'{path}' (knob {knob}), not a value",
-                                "give each knob its own leaf path")
+                                _own_leaf(other_knob, other, path))
             if other.startswith(path + "."):
                 raise SpecError(key, f"'{path}' is a section holding '{other}' (knob "
-                                f"{other_knob}), not a value", "give each knob its own leaf path")
+                                f"{other_knob}), not a value", _own_leaf(knob, path, other))
             if path == other:
                 raise SpecError(key, f"'{path}' is knob {other_knob}'s path too",
                                 "give each knob its own leaf path")
         targets[knob] = path
+
+
+def _own_leaf(knob: str, section: str, taken: str) -> str:
+    """The fix for a knob written to a section: a leaf of its own in it, e.g.
+    ``lr: optim.lr`` (unless that is the path the other knob takes)."""
+    leaf = f"{section}.{knob}"
+    return "give each knob its own leaf path" + (
+        f", e.g. '{knob}: {leaf}'" if leaf != taken else "")
 
 
 def _get(config: Mapping[str, Any], path: str) -> Any:
@@ -1154,6 +1162,9 @@ def _spec_error(exc: ValidationError, root: str, model: Any) -> SpecError:
     if choice is not None:
         return SpecError(".".join([root, *choice[0]] if root else choice[0]), *choice[1:])
     fix = (err.get("ctx") or {}).get("fix") or _value_fix(model, loc, err.get("input"))
+    wanted = msg.removeprefix("Input should be ")
+    if wanted != msg and "fix" not in (err.get("ctx") or {}):  # say what to give first
+        fix = f"give a value that is {wanted.rstrip('.')} ({fix})"
     if etype == "list_type" and not isinstance(err.get("input"), (dict, list)):
         fix = f"write a list, e.g. [{err.get('input')}]"
     if etype == "value_error":
