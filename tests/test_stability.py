@@ -453,3 +453,22 @@ def test_a_grid_over_grad_clip_gives_one_recommendation_of_it():
     assert "grad_clip 18, which the grid did not test" in over_clip and "--values" in over_clip
     assert outcome(["grad_clip"], 18.0, 18.0).clip_line.startswith("grad norms: ")
     assert outcome(["lr"], 0.01, 18.0).clip_line.startswith("recommended grad_clip: 18 (")
+
+
+def test_no_clip_best_by_less_than_its_seeds_vary_keeps_a_clip():
+    """A user's VAE at lr 0.00562: no clip 19.4 (seeds 19.2-19.5), clip 1 19.5 (19.4-19.7):
+    the grid said turn clipping off on a 0.5 % difference, and on fresh seeds clip 1 did
+    better. A clipped cell whose mean lies within the no-clip cell's seeds is kept; one
+    clearly worse is not."""
+    def cell(clip: float, seeds: list[float]) -> stability.Cell:
+        return stability.Cell((0.01, clip), [TrialRecord(
+            trial_id=f"{clip}-{i}", values={"lr": 0.01, "grad_clip": clip}, seed=i,
+            status="ok", history=[{"step": k, "loss": 1.0 / k, "val_loss": v, "grad_norm": 3.0}
+                                  for k in range(1, 41)]) for i, v in enumerate(seeds)])
+
+    quality = stability.Quality("val_loss", "min", None)
+    rows = [cell(0.0, [19.2, 19.55]), cell(1.0, [19.4, 19.6]), cell(5.0, [19.35, 19.5])]
+    clip, why = stability.recommend_clip(rows, 0.01, quality, clip_is_second=True)
+    assert clip == 1.0 and "within its seeds' spread" in why
+    rows = [cell(0.0, [19.2, 19.3]), cell(1.0, [20.4, 20.6])]
+    assert stability.recommend_clip(rows, 0.01, quality, clip_is_second=True)[0] == 0.0

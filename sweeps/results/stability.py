@@ -330,7 +330,9 @@ def recommend_clip(rows: list[Cell], at: Any = None, quality: Quality | None = N
     shrink as the LR grows, so the norms at another LR would clip too hard or never),
     else of every stable run. A grid whose second knob is grad_clip (``clip_is_second``)
     tested the values: its best stable cell at ``at`` gives it; when clips tie exactly
-    (none engaged), the smallest clip above 0 among them."""
+    (none engaged), the smallest clip above 0 among them; when no clip is best by less
+    than its own seeds vary (another cell's mean within their range), the smallest clip
+    above 0 within it."""
     if clip_is_second and at is not None:
         tested = [c for c in rows if c.key[0] == at and c.verdict() == "stable"]
         best = best_quality(tested, quality) if quality else None
@@ -345,6 +347,15 @@ def recommend_clip(rows: list[Cell], at: Any = None, quality: Quality | None = N
                 f"the grid tested it: {', '.join(label((c.key[1],)) for c in tied)} tie "
                 f"exactly at {label((at,))} (no clip engaged); the smallest, at no cost "
                 "measured, guards against a spike")
+        near = _within_spread(best, tested, quality) if best is not None and \
+            best.key[1] == 0 else []
+        if near:  # no clip is best by less than its own seeds vary: keep a guard
+            tight = min(near, key=lambda c: c.key[1])
+            return tight.key[1], (
+                f"the grid tested it: no clip is the best stable cell at {label((at,))}, and "
+                f"{label((tight.key[1],))} is within its seeds' spread (means "
+                f"{best.mean_quality(quality):.4g} and {tight.mean_quality(quality):.4g}): "
+                "at no cost measured, the clip guards against a spike")
         if best is not None:
             return best.key[1], (f"the grid tested it: {label(best.key)} is the best stable "
                                  f"cell at {label((at,))}")
@@ -356,6 +367,19 @@ def recommend_clip(rows: list[Cell], at: Any = None, quality: Quality | None = N
     if there:
         return clip_from_norms(there, f"stable runs at {label((at,))}")
     return clip_from_norms(norms(rows), "stable runs")
+
+
+def _within_spread(best: Cell, cells: list[Cell], quality: Quality | None) -> list[Cell]:
+    """The cells with a clip above 0 whose mean quality lies within ``best``'s seeds'
+    range (its worst to best seed)."""
+    if quality is None:
+        return []
+    own = best.qualities(quality)
+    if len(own) < 2:
+        return []
+    low, high = min(own), max(own)
+    return [c for c in cells if isinstance(c.key[1], (int, float)) and c.key[1] > 0
+            and (mean := c.mean_quality(quality)) is not None and low <= mean <= high]
 
 
 def clip_from_norms(norms: list[float], runs: str) -> tuple[float | None, str]:
