@@ -38,6 +38,7 @@ from sweeps.protocol import (
     RUNNING,
     SEARCH,
     SEED_KEY,
+    STALE_QUALITY,
     STATUS_KEY,
     STOP_STEP_KEY,
     TRACEBACK_KEY,
@@ -178,6 +179,23 @@ def open_book(sweep: Sweep, folder: str = "trials") -> TrialBook:
     return book
 
 
+def stale_quality(history: list[dict[str, Any]], metric: str) -> str | None:
+    """Said of a run whose quality ``metric`` was last reported before its last step (an
+    evaluation every 25 steps in a 190-step run: the objective is step 175's), else None.
+
+    Example:
+        >>> stale_quality([{"step": 175, "val_loss": 0.5}, {"step": 190, "loss": 0.4}],
+        ...               "val_loss")[:65]
+        'stale_quality: val_loss was last reported at step 175 of 190, so '
+    """
+    at = [r.get("step") for r in history if isinstance(r.get(metric), (int, float))]
+    last = history[-1].get("step") if history else None
+    if not at or not isinstance(at[-1], int) or not isinstance(last, int) or at[-1] >= last:
+        return None
+    return (f"{STALE_QUALITY}: {metric} was last reported at step {at[-1]} of {last}, so that "
+            "is the value judged; report it at the last step too")
+
+
 class TrialBook:
     """All trials of one sweep, keyed by Ray trial id. Get it with :func:`open_book`."""
 
@@ -305,6 +323,9 @@ class TrialBook:
                     rec.warnings.append(
                         f"{BACK_AT_GUESS} (from step {back['from_step']}; its smoothed loss "
                         f"had reached {back['lowest']:.4g} at step {back['lowest_at_step']})")
+                stale = stale_quality(rec.history, self.sweep.objectives[0].metric)
+                if stale:
+                    rec.warnings.append(stale)
                 warming = lr_anomaly.still_warming(rec.history, settings)
                 if warming is not None:
                     rec.warnings.append(f"{LR_STILL_WARMING} ({warming_text(warming)})")

@@ -107,3 +107,23 @@ def test_summary_finals_peaks_minima() -> None:
     assert out["step_time"] == 1.0 and out["startup_s"] == 1.0  # second half: [1.0]
     assert "final_step" not in out and "final_flag" not in out
     assert out["instability"] == 0.0 and "compile_s" not in out
+
+
+def test_a_quality_last_reported_before_the_end_is_said(tmp_path) -> None:
+    """``val_loss`` every 25 steps in a 190-step run: the objective judged is step 175's,
+    and the run ended ok with no word. An evaluation at the last step says nothing."""
+    from sweeps.protocol import FINAL_KEY, STALE_QUALITY, STATUS_KEY
+    from sweeps.record.book import TrialBook
+    from tests.unit.conftest import load_linreg
+
+    book = TrialBook(load_linreg(tmp_path))
+    for name, every in (("sparse", 25), ("at-end", 19)):
+        for k in range(1, 191):
+            book.record(name, {"step": k, "loss": 1 / k, "config": {"lr": 0.1},
+                               **({"val_loss": 1 / k} if k % every == 0 else {})})
+        book.record(name, {"step": 190, "loss": 1 / 190, "config": {"lr": 0.1},
+                           STATUS_KEY: "ok", FINAL_KEY: 1})
+    warned = book.trials["sparse"].warnings
+    assert warned == [f"{STALE_QUALITY}: val_loss was last reported at step 175 of 190, so "
+                      "that is the value judged; report it at the last step too"]
+    assert book.trials["at-end"].warnings == []
