@@ -664,3 +664,23 @@ def test_a_round_named_like_one_an_earlier_run_finished_still_runs(linreg_dir, r
     roles = sorted(rec.role for rec in book.trials.values())
     assert roles == ["confirm:first", "confirm:later"], "each ran once"
     assert (sweep.output_dir / "confirm-resumed").is_dir()
+
+
+def test_a_lead_over_the_base_config_inside_the_seed_spread_is_said():
+    """Rank 1 led the base config by 0.0013 on two fresh seeds that varied by ~0.007, and
+    nothing said the two were not told apart; a lead wider than the spread says nothing."""
+    from sweeps.results.confirm import BaseReference, Selection
+
+    def selection(top: list[float], base: list[float]) -> Selection:
+        runs = [SeedRun(s + 1, "ok", None, None, v) for s, v in enumerate(top)]
+        conf = Confirmation("top", Objective(metric="val_loss"), 0.5, len(runs),
+                            search=SeedRun(0, "ok", None, None, top[0]), runs=runs)
+        ref = BaseReference({"lr": 0.05}, Objective(metric="val_loss"), search_seed=0,
+                            runs=[SeedRun(s + 1, "ok", None, None, v)
+                                  for s, v in enumerate(base)])
+        return Selection([conf], base=ref, base_id="base")
+
+    tie = selection([0.5090, 0.5160], [0.5100, 0.5176]).base_tie()
+    assert tie is not None and "leads your base config by 0.0013" in tie
+    assert "less than the seeds vary (0.0076)" in tie
+    assert selection([0.40, 0.41], [0.50, 0.51]).base_tie() is None

@@ -189,6 +189,8 @@ def test_a_config_stable_only_on_a_lucky_seed_does_not_reach_stable(linreg_dir, 
     pareto = pd.read_csv(out / "pareto.csv")
     assert len(pareto) >= 1
     assert (pareto["seeds_passed"] == 1).all() and (pareto["seeds_run"] == 2).all()
+    assert (pareto["objectives_steps"] == 40).all(), "the search runs' own length"
+
     assert (~pareto["confirmed"]).all()
     assert pareto["seed_failures"].str.contains("seed 2: non_finite").all()
     assert not list((out / "stable").glob("*.yaml")), "no lucky-seed config is written"

@@ -429,6 +429,24 @@ class Selection:
                 f"seeds: mean {q.metric} {top.mean:.4g} against the base config's "
                 f"{self.base.mean:.4g}; keep your base config or widen the search")
 
+    def base_tie(self) -> str | None:
+        """A note when the top config leads the base config by less than either one's
+        fresh seeds vary: on those seeds the two are not told apart."""
+        top = self.handed_over[0] if self.handed_over else None
+        if top is None or self.base is None or self.base.mean is None or top.mean is None \
+                or top.trial_id == self.base_id:
+            return None
+        spread = max((max(v) - min(v) for v in (list(top.fresh_quality.values()),
+                                                list(self.base.fresh.values())) if len(v) > 1),
+                     default=None)
+        lead = abs(top.mean - self.base.mean)
+        if spread is None or lead >= spread or self.base_warning() is not None:
+            return None
+        return (f"the top config ({top.trial_id}) leads your base config by {lead:.3g} in mean "
+                f"{top.quality.metric} on fresh seeds, less than the seeds vary ({spread:.3g}): "
+                "on these seeds the two are not told apart; more seeds (confirm.seeds) or "
+                "a wider search would")
+
     def baseline_warning(self, baseline: float | None) -> str | None:
         """A line when the base config's fresh-seed mean is worse than the quality
         objective's random-guess value ``baseline``: either it learns nothing in

@@ -249,6 +249,10 @@ def provenance(sweep: Sweep, chosen: Selection, rank: int, conf: Confirmation,
     base = chosen.base
     if base is not None and base.mean is not None:
         out["base config"] = base.summary()
+        tie = chosen.base_tie() if rank == 1 else None
+        if tie:
+            out["base config"] += f"; {tie.removeprefix(f'the top config ({rec.trial_id}) ')}"
+
     if rec.values.get("grad_clip") == 0:
         out["NOTE"] = ("grad_clip 0 means no clipping: a script that calls "
                        "clip_grad_norm_(params, 0) scales every gradient to zero; skip the "
@@ -290,6 +294,7 @@ def write_front(sweep: Sweep, book: TrialBook,
         values = book.objective_values(rec, sweep.objectives)
         row.update({o.metric: v for o, v in zip(sweep.objectives, values, strict=True)})
         row["objectives_seed"] = rec.seed  # the seed whose run the columns above are of
+        row["objectives_steps"] = rec.last_step  # fewer than the fresh seeds' when ASHA cut it
         row.update(seed_columns(conf))
         row.update({"seeds_passed": conf.seeds_passed, "seeds_run": len(conf.seeds),
                     "seeds_planned": conf.planned,

@@ -133,7 +133,7 @@ def test_the_summary_names_front_members_the_race_did_not_judge(capsys):
     judged = [NS(trial_id=t, verdict="confirmed") for t in ("a1", "b2", "c3")]
     chosen = NS(candidates=judged, fragile=[], steps={"search": 100}, notes=[],
                 handed_over=[], base_id=None, base=None, base_line=lambda: None,
-                budget_ended=False)
+                base_tie=lambda: None, budget_ended=False)
     outcome = NS(selection=chosen, front=[NS(trial_id=t) for t in ("a1", "b2", "c3", "d4")],
                  sweep=NS(objectives=[NS(metric="val_loss")], fixed_changes={}),
                  stable_paths=[], warnings=[], book=NS(trials={}))
