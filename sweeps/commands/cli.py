@@ -487,8 +487,9 @@ def print_selection(outcome) -> None:
                       "try FILE` shows why)")
     if chosen.base_line():
         console.print(f"note: {chosen.base_line()}")
-    if chosen.base_tie():
-        console.print(f"note: {chosen.base_tie()}")
+    tie = chosen.base_tie()
+    if tie:
+        console.print(f"note: {tie}")
     for warning in outcome.warnings:
         console.print(flagged("WARNING", f": {warning}"))
 

@@ -49,7 +49,6 @@ from sweeps.record import objectives
 from sweeps.record.journal import Journal, JournalDamaged
 from sweeps.record.worker_logs import worker_log_path
 from sweeps.rules import flat_at_baseline, lr_anomaly
-from sweeps.rules.lr_anomaly import warming_text
 from sweeps.rules.verdict import Verdict
 from sweeps.spec.loader import Objective, Sweep
 from sweeps.trial.compile import eager_fallback
@@ -316,10 +315,9 @@ class TrialBook:
             if rec.lr_scale == 1.0:  # not an LR probe (it ends once the rules could tell)
                 settings = trial_settings(self.sweep, rec.values, rec.flat_patience)
                 sat = flat_at_baseline.sat_at_guess(rec.history, settings)
-                back = flat_at_baseline.back_at_guess(rec.history, settings)
                 if sat is not None:
                     rec.warnings.append(f"{LOSS_AT_GUESS} at step {sat['to_step']}")
-                elif back is not None:
+                elif (back := flat_at_baseline.back_at_guess(rec.history, settings)) is not None:
                     rec.warnings.append(
                         f"{BACK_AT_GUESS} (from step {back['from_step']}; its smoothed loss "
                         f"had reached {back['lowest']:.4g} at step {back['lowest_at_step']})")
@@ -328,7 +326,8 @@ class TrialBook:
                     rec.warnings.append(stale)
                 warming = lr_anomaly.still_warming(rec.history, settings)
                 if warming is not None:
-                    rec.warnings.append(f"{LR_STILL_WARMING} ({warming_text(warming)})")
+                    rec.warnings.append(f"{LR_STILL_WARMING} "
+                                        f"({lr_anomaly.warming_text(warming)})")
             self._save_outcome(rec)
         else:
             verdict = rules.evaluate(rec.history, trial_settings(self.sweep, rec.values,

@@ -215,17 +215,17 @@ def clipped_throughout(rec: TrialRecord) -> str | None:
     a clip of 5 on every step), so the config holds at that clip and that gradient scale
     only. None otherwise."""
     flags = finite_values(rec.history, "clipped", 0, len(rec.history))
-    if len(flags) < 10 or sum(f > 0 for f in flags) < CLIPPED_THROUGHOUT * len(flags):
+    clipped = sum(f > 0 for f in flags)
+    if len(flags) < 10 or clipped < CLIPPED_THROUGHOUT * len(flags):
         return None
     clip = rec.values.get("grad_clip")
     norms = sorted(finite_values(rec.history, "grad_norm", 0, len(rec.history)))
     ratio = ""
     if norms and isinstance(clip, (int, float)) and clip > 0:
         ratio = f", its median grad norm {norms[len(norms) // 2] / clip:.3g}x grad_clip {clip:g}"
-    share = sum(f > 0 for f in flags) / len(flags)
-    return (f"clipped on {share:.0%} of its steps{ratio}: the clip, not the LR, sets the step "
-            "size; a loss summed over the batch rather than averaged gives this, and the "
-            "config then holds at this clip only")
+    return (f"clipped on {clipped / len(flags):.0%} of its steps{ratio}: the clip, not the "
+            "LR, sets the step size; a loss summed over the batch rather than averaged "
+            "gives this, and the config then holds at this clip only")
 
 
 def provenance(sweep: Sweep, chosen: Selection, rank: int, conf: Confirmation,
@@ -252,7 +252,6 @@ def provenance(sweep: Sweep, chosen: Selection, rank: int, conf: Confirmation,
         tie = chosen.base_tie() if rank == 1 else None
         if tie:
             out["base config"] += f"; {tie.removeprefix(f'the top config ({rec.trial_id}) ')}"
-
     if rec.values.get("grad_clip") == 0:
         out["NOTE"] = ("grad_clip 0 means no clipping: a script that calls "
                        "clip_grad_norm_(params, 0) scales every gradient to zero; skip the "

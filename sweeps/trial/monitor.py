@@ -178,7 +178,6 @@ class Monitor:
             metrics["target_std"] = spread(target)
         return metrics
 
-
     def _label_guess(self, target: torch.Tensor) -> dict[str, float]:
         """``label_entropy`` and ``label_majority`` of the labels seen so far."""
         labels = target.detach().reshape(-1).long()

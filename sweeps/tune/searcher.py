@@ -168,14 +168,13 @@ class StabilityAwareSearch(OptunaSearch):
         longer missing from its ladder, not yet run), and a new search trial started in
         their place: past the budget, with no steps left to settle it if it won."""
         max_steps = self.book.sweep.spec.budget.max_steps
-        costs = self._run_costs
         ahead = 0
         for trial_id in in_flight:
             rec = self.book.trials.get(trial_id)
             if rec is None and trial_id in self._race_runs:
                 continue  # not reported yet: still missing from its ladder (Race.reserve)
             done = rec.last_step if rec is not None else 0
-            ahead += max(0, costs.get(trial_id, max_steps) - done)
+            ahead += max(0, self._run_costs.get(trial_id, max_steps) - done)
         return self.book.steps_spent(role=None) + ahead
 
     def _search_open(self, spent: int) -> bool:
