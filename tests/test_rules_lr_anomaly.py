@@ -277,3 +277,21 @@ def test_a_warmup_stepped_per_epoch_is_still_rising_at_the_end_and_says_so(linre
         in warned[0]
     assert book.trials["per-step"].warnings == []
     assert book.trials["per-epoch"].status == "ok"
+
+
+@pytest.mark.parametrize("warm", [0, 40])
+def test_a_compounding_schedule_vanishes_in_a_sweep_without_an_lr_knob(warm):
+    """No ``sampled_lr`` (the sweep has no lr knob): the cheap first look measures the LR
+    against the end of warmup, the window and a sample of the history, so a warmup the
+    trainer runs itself (none declared) and one declared both still get caught."""
+    ramp = [0.01 * t / 40 for t in range(41)]
+    slow = torch_lrs(lambda o: sched.MultiplicativeLR(o, lambda t: 0.95), 800, lr=0.01)
+    history = lrs(ramp + slow)  # under 1e-6 of the peak after 270 steps: past the window
+    verdict = first_firing(history, RuleSettings(warmup_steps=warm))
+    assert verdict is not None and verdict.evidence["kind"] == "vanished_lr"
+    assert verdict.evidence["peak_step"] in (40, 41)
+
+
+def test_a_long_decay_to_zero_without_an_lr_knob_is_not_vanished():
+    history = lrs(torch_lrs(lambda o: sched.CosineAnnealingLR(o, T_max=3000), 3001))
+    assert first_firing(history, RuleSettings()) is None

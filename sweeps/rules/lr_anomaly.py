@@ -57,6 +57,9 @@ RESTART_FLOOR = 0.01
 VANISHED = 1e-6
 #: Newest reports ``vanished_lr`` reads to find the LR's peak.
 VANISHED_REPORTS = 5000
+#: Reports spread over those that ``vanished_lr`` reads for its cheap first look when the
+#: sweep samples no lr.
+VANISHED_SAMPLES = 64
 
 
 def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdict | None:
@@ -114,8 +117,8 @@ def _vanished(
 ) -> Verdict | None:
     """``vanished_lr`` (see the module): below :data:`VANISHED` x the peak after warmup
     since step ``gone``, and for more steps than the fall from the peak took."""
-    if settings.sampled_lr is not None and lr >= VANISHED * 10 * settings.sampled_lr:
-        return None  # O(1) on almost every report: the peak is seldom 10x the sampled lr
+    if lr >= VANISHED * 10 * _vanish_reference(history, settings):
+        return None  # cheap on almost every report: the peak is seldom 10x the reference
     peak, peak_step, gone = 0.0, None, None
     # further back than the other kinds: a peak outside the window would make a long
     # decay to 0 look like a short fall
@@ -138,6 +141,25 @@ def _vanished(
                         "that compounds on every step (MultiplicativeLR where LambdaLR was "
                         "meant, a per-epoch decay stepped per batch) trains nothing from there")
     return _verdict(now, evidence)
+
+
+def _vanish_reference(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> float:
+    """What ``vanished_lr`` measures a peak against before it reads far back: the sampled
+    lr, else the highest of the LR at the end of warmup, the window's LRs and
+    :data:`VANISHED_SAMPLES` LRs spread over the reports it would read, in
+    O(window + samples + log n) reads (a sweep without an lr knob, thousands of reports).
+    """
+    if settings.sampled_lr is not None:
+        return settings.sampled_lr
+    n = len(history)
+    start = max(bisect.bisect_left(history, settings.warmup_steps, key=step_key),
+                n - VANISHED_REPORTS)
+    found = (finite_num(history[i], "lr") for i in range(start, n))
+    seen = [next((v for v in found if v is not None), 0.0)]
+    seen += finite_values(history, "lr", max(start, n - settings.window), n)
+    stride = max(1, (n - start) // VANISHED_SAMPLES)
+    seen += (v for i in range(start, n, stride) if (v := finite_num(history[i], "lr")))
+    return max(seen)
 
 
 def _restart(
