@@ -84,7 +84,7 @@ LR_STILL_WARMING: Final = ("lr_still_warming: its LR was still rising at its end
                            "the warmup never ended (a scheduler stepped per epoch where it "
                            "counts steps?)")
 #: The warning of a run that ended ok with its quality objective last reported before its
-#: last step (:meth:`sweeps.record.book.TrialBook.record`).
+#: last step (:func:`sweeps.rules.ended_ok.stale_quality`).
 STALE_QUALITY: Final = "stale_quality"
 TRACEBACK_KEY: Final = "sweeps/traceback"
 FINAL_KEY: Final = "sweeps/final"  # a summary result that repeats the last report

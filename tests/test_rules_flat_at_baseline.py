@@ -335,7 +335,8 @@ def test_a_run_that_ended_ok_with_its_loss_at_the_guess_carries_a_warning(linreg
             book.record(trial_id, {"step": 60, "loss": loss(60), "val_loss": 0.3,
                                    "config": config, STATUS_KEY: "ok", FINAL_KEY: 1})
     warned = {t: r.warnings for t, r in book.trials.items()}
-    assert warned["flat-1.0"] == [f"{LOSS_AT_GUESS} at step 60"]
+    assert len(warned["flat-1.0"]) == 1 and warned["flat-1.0"][0].startswith(LOSS_AT_GUESS)
+    assert "to 60, the random guess 1" in warned["flat-1.0"][0]
     assert warned["flat-2.0"] == [] and warned["learnt-1.0"] == [] and warned["learnt-2.0"] == []
     assert book.trials["flat-1.0"].status == "ok"
 
@@ -364,7 +365,7 @@ def test_a_run_that_learnt_and_ended_back_at_the_guess_carries_a_warning(linreg_
     lost = book.trials["lost"]
     assert lost.status == "ok" and len(lost.warnings) == 1
     assert lost.warnings[0].startswith(BACK_AT_GUESS)
-    assert "(from step 49; its smoothed loss had reached 0.6 at step" in lost.warnings[0]
+    assert "(from step 49 to 60; its smoothed loss had reached 0.6 at step" in lost.warnings[0]
     assert book.trials["kept"].warnings == [] and book.trials["blip"].warnings == []
 
 

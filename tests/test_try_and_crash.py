@@ -46,6 +46,18 @@ def test_try_compiles_and_leaves_the_results_folder_alone(linreg_dir, capsys, mo
     assert not (linreg_dir / "results").exists(), "nothing written under results/"
 
 
+def test_try_says_what_the_sweep_would_warn_of_a_run_that_ended_ok(linreg_dir, capsys,
+                                                                   monkeypatch):
+    """``try`` prints the warnings the sweep records with a trial that ended ok, in the
+    same words: here the quality objective last reported at step 30 of 35."""
+    monkeypatch.chdir(linreg_dir)
+    assert main(["try", "linreg.yaml", "--set", "lr=0.05", "--set", "train.fail=no_final_val",
+                 "--steps", "35"]) == 0
+    out = capsys.readouterr().out
+    assert "no rule fired over 35 reports" in out
+    assert "stale_quality: val_loss was last reported at step 30 of 35" in out
+
+
 def test_try_rejects_an_unknown_knob(linreg_dir, capsys, monkeypatch):
     monkeypatch.chdir(linreg_dir)
     assert main(["try", "linreg.yaml", "--set", "momentum=0.9"]) == 2

@@ -19,7 +19,6 @@ from typing import Any
 
 from sweeps import rules
 from sweeps.protocol import (
-    BACK_AT_GUESS,
     COMPILE_KEY,
     CRASH,
     EVIDENCE_KEY,
@@ -27,9 +26,7 @@ from sweeps.protocol import (
     FINAL_KEY,
     FLAT_PATIENCE_KEY,
     GPU_PEAK_KEY,
-    LOSS_AT_GUESS,
     LR_SCALE_KEY,
-    LR_STILL_WARMING,
     OK,
     PRUNED,
     REASON_KEY,
@@ -38,7 +35,6 @@ from sweeps.protocol import (
     RUNNING,
     SEARCH,
     SEED_KEY,
-    STALE_QUALITY,
     STATUS_KEY,
     STOP_STEP_KEY,
     TRACEBACK_KEY,
@@ -48,7 +44,7 @@ from sweeps.protocol import (
 from sweeps.record import objectives
 from sweeps.record.journal import Journal, JournalDamaged
 from sweeps.record.worker_logs import worker_log_path
-from sweeps.rules import flat_at_baseline, lr_anomaly
+from sweeps.rules import ended_ok
 from sweeps.rules.verdict import Verdict
 from sweeps.spec.loader import Objective, Sweep
 from sweeps.trial.compile import eager_fallback
@@ -178,23 +174,6 @@ def open_book(sweep: Sweep, folder: str = "trials") -> TrialBook:
     return book
 
 
-def stale_quality(history: list[dict[str, Any]], metric: str) -> str | None:
-    """Said of a run whose quality ``metric`` was last reported before its last step (an
-    evaluation every 25 steps in a 190-step run: the objective is step 175's), else None.
-
-    Example:
-        >>> stale_quality([{"step": 175, "val_loss": 0.5}, {"step": 190, "loss": 0.4}],
-        ...               "val_loss")[:65]
-        'stale_quality: val_loss was last reported at step 175 of 190, so '
-    """
-    at = [r.get("step") for r in history if isinstance(r.get(metric), (int, float))]
-    last = history[-1].get("step") if history else None
-    if not at or not isinstance(at[-1], int) or not isinstance(last, int) or at[-1] >= last:
-        return None
-    return (f"{STALE_QUALITY}: {metric} was last reported at step {at[-1]} of {last}, so that "
-            "is the value judged; report it at the last step too")
-
-
 class TrialBook:
     """All trials of one sweep, keyed by Ray trial id. Get it with :func:`open_book`."""
 
@@ -314,20 +293,8 @@ class TrialBook:
             rec.status = OK
             if rec.lr_scale == 1.0:  # not an LR probe (it ends once the rules could tell)
                 settings = trial_settings(self.sweep, rec.values, rec.flat_patience)
-                sat = flat_at_baseline.sat_at_guess(rec.history, settings)
-                if sat is not None:
-                    rec.warnings.append(f"{LOSS_AT_GUESS} at step {sat['to_step']}")
-                elif (back := flat_at_baseline.back_at_guess(rec.history, settings)) is not None:
-                    rec.warnings.append(
-                        f"{BACK_AT_GUESS} (from step {back['from_step']}; its smoothed loss "
-                        f"had reached {back['lowest']:.4g} at step {back['lowest_at_step']})")
-                stale = stale_quality(rec.history, self.sweep.objectives[0].metric)
-                if stale:
-                    rec.warnings.append(stale)
-                warming = lr_anomaly.still_warming(rec.history, settings)
-                if warming is not None:
-                    rec.warnings.append(f"{LR_STILL_WARMING} "
-                                        f"({lr_anomaly.warming_text(warming)})")
+                rec.warnings.extend(ended_ok.warnings_of(
+                    rec.history, settings, self.sweep.objectives[0].metric))
             self._save_outcome(rec)
         else:
             verdict = rules.evaluate(rec.history, trial_settings(self.sweep, rec.values,

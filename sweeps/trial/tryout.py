@@ -13,18 +13,14 @@ from rich.console import Console
 
 from sweeps.errors import SpecError
 from sweeps.protocol import (
-    BACK_AT_GUESS,
     COMPILE_KEY,
     FINAL_KEY,
-    LOSS_AT_GUESS,
-    LR_STILL_WARMING,
     REASON_KEY,
     RESULT_PREFIX,
     SEED_KEY,
     TRACEBACK_KEY,
 )
-from sweeps.rules.flat_at_baseline import back_at_guess, sat_at_guess
-from sweeps.rules.lr_anomaly import still_warming, warming_text
+from sweeps.rules.ended_ok import warnings_of
 from sweeps.spec.config_paths import get_path, leaf_paths
 from sweeps.spec.loader import RESERVED_KEY, Sweep
 from sweeps.spec.space import Categorical, Fixed, IntRange, LogUniform, Uniform, central_value
@@ -198,22 +194,9 @@ def try_trial(sweep: Sweep, sets: dict[str, Any], *, steps: int | None = None,
         console.print(text.rstrip())
     if reporter.verdict is None:
         console.print(f"no rule fired over {len(reporter.history)} reports: stable")
-        sat = sat_at_guess(reporter.history, reporter.settings)
-        if sat is not None:
-            console.print(flagged("warning", f": {LOSS_AT_GUESS} (smoothed loss "
-                                  f"{sat['mean_smoothed_loss']:.4g} from step "
-                                  f"{sat['from_step']} to {sat['to_step']}, the random guess "
-                                  f"{sat['baseline']:g})"))
-        warming = still_warming(reporter.history, reporter.settings)
-        if warming is not None:
-            console.print(flagged("warning", f": {LR_STILL_WARMING} ({warming_text(warming)})"))
-        back = None if sat is not None else back_at_guess(reporter.history, reporter.settings)
-        if back is not None:
-            console.print(flagged("warning", f": {BACK_AT_GUESS} (from step "
-                                  f"{back['from_step']} to {back['to_step']}; its smoothed "
-                                  f"loss had reached {back['lowest']:.4g} at step "
-                                  f"{back['lowest_at_step']}, the random guess "
-                                  f"{back['baseline']:g})"))
+        for warning in warnings_of(reporter.history, reporter.settings,
+                                   sweep.objectives[0].metric):
+            console.print(flagged("warning", f": {warning}"))
     elif reporter.verdict.reason != "bad_metric":  # the caller's error names the metric
         console.print(flagged("stopped", f": {reporter.verdict.summary()}"))
     return reporter

@@ -1,0 +1,63 @@
+"""What is said of a run that ended ok: warnings, not stops.
+
+A run no rule stopped may still have learnt nothing (its loss sat at the random guess),
+lost what it learnt at its very end, trained at an LR its warmup never reached, or had
+its quality objective read before its last step. The trial book records these with the
+trial (trials.csv, the summary, the hand-over's header) and ``sweeps try`` prints them,
+in the same words.
+
+Example:
+    >>> from sweeps.rules.settings import RuleSettings
+    >>> history = [{"step": 175, "loss": 0.4, "val_loss": 0.5}, {"step": 190, "loss": 0.4}]
+    >>> [w[:40] for w in warnings_of(history, RuleSettings(), "val_loss")]
+    ['stale_quality: val_loss was last reporte']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sweeps.protocol import BACK_AT_GUESS, LOSS_AT_GUESS, LR_STILL_WARMING, STALE_QUALITY
+from sweeps.rules import flat_at_baseline, lr_anomaly
+from sweeps.rules.settings import RuleSettings
+
+
+def warnings_of(history: Sequence[Mapping[str, Any]], settings: RuleSettings,
+                metric: str) -> list[str]:
+    """The warnings of a run that ended ok, each starting with its name (``LOSS_AT_GUESS``
+    and the others in :mod:`sweeps.protocol`); ``metric`` is the quality objective's."""
+    out: list[str] = []
+    sat = flat_at_baseline.sat_at_guess(history, settings)
+    if sat is not None:
+        out.append(f"{LOSS_AT_GUESS} (smoothed loss {sat['mean_smoothed_loss']:.4g} from step "
+                   f"{sat['from_step']} to {sat['to_step']}, the random guess "
+                   f"{sat['baseline']:g})")
+    elif (back := flat_at_baseline.back_at_guess(history, settings)) is not None:
+        out.append(f"{BACK_AT_GUESS} (from step {back['from_step']} to {back['to_step']}; its "
+                   f"smoothed loss had reached {back['lowest']:.4g} at step "
+                   f"{back['lowest_at_step']}, the random guess {back['baseline']:g})")
+    stale = stale_quality(history, metric)
+    if stale:
+        out.append(stale)
+    warming = lr_anomaly.still_warming(history, settings)
+    if warming is not None:
+        out.append(f"{LR_STILL_WARMING} ({lr_anomaly.warming_text(warming)})")
+    return out
+
+
+def stale_quality(history: Sequence[Mapping[str, Any]], metric: str) -> str | None:
+    """Said of a run whose quality ``metric`` was last reported before its last step (an
+    evaluation every 25 steps in a 190-step run: the objective is step 175's), else None.
+
+    Example:
+        >>> stale_quality([{"step": 175, "val_loss": 0.5}, {"step": 190, "loss": 0.4}],
+        ...               "val_loss")[:65]
+        'stale_quality: val_loss was last reported at step 175 of 190, so '
+    """
+    at = [r.get("step") for r in history if isinstance(r.get(metric), (int, float))]
+    last = history[-1].get("step") if history else None
+    if not at or not isinstance(at[-1], int) or not isinstance(last, int) or at[-1] >= last:
+        return None
+    return (f"{STALE_QUALITY}: {metric} was last reported at step {at[-1]} of {last}, so that "
+            "is the value judged; report it at the last step too")
