@@ -38,4 +38,6 @@ def test_step_budget_turns_early_stops_into_more_trials(tmp_path, ray_session):
     assert len(unstable) >= len(UNSTABLE_LRS)
     assert (unstable["steps"] < MAX_STEPS).all()
     assert len(search) > TOTAL // MAX_STEPS, "steps saved on unstable trials bought trials"
-    assert list((folder / "results" / "linreg" / "stable").glob("rank-*.yaml"))
+    assert len(list((folder / "results" / "linreg" / "stable").glob("rank-*.yaml"))) >= 3
+    notes = folder / "results" / "linreg" / "selection_notes.txt"
+    assert not notes.exists() or "confirmation stopped" not in notes.read_text()

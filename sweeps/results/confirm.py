@@ -736,7 +736,8 @@ def _behind(c: Confirmation, base: BaseReference) -> tuple[float, float] | None:
 def affordable(sweep: Sweep, book: TrialBook, queue: list[TrialRecord], need: int) -> int:
     """How many of the next candidates a round may take: as many as the rest of
     ``budget.total_steps`` can re-run in full (``need`` without a step budget), after the
-    base config's own runs still to come (:func:`plan_base`)."""
+    base config's own runs still to come (:func:`plan_base`); one with nothing to re-run
+    is taken even when the search spent past the budget."""
     budget = sweep.spec.budget
     if budget.total_steps is None:
         return need
@@ -745,7 +746,7 @@ def affordable(sweep: Sweep, book: TrialBook, queue: list[TrialRecord], need: in
     n = 0
     for rec in queue[:need]:
         cost = sum(run_cost(sweep, run) for run in plan(sweep, book, [rec]))
-        if cost > left:
+        if cost and cost > left:  # nothing to run (no seeds, no probe): always affordable
             break
         left -= cost
         n += 1

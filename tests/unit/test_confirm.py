@@ -277,6 +277,17 @@ def test_affordable_counts_full_reruns_left_in_the_step_budget(tmp_path: Path) -
     assert affordable(sweep, _spent(sweep, 0), queue, 1) == 1
 
 
+def test_affordable_takes_candidates_with_nothing_to_rerun_past_the_budget(
+        tmp_path: Path) -> None:
+    """Without fresh seeds or a probe a candidate costs nothing: a search that ran past
+    ``total_steps`` (running trials finish) still hands over ``confirm.keep`` configs, and
+    no note says confirmation stopped for a budget it does not need."""
+    sweep = load_linreg(tmp_path, budget={"total_steps": 1000},
+                        confirm={"seeds": 0, "lr_probe": 0})
+    queue = [rec(f"c{i}") for i in range(5)]
+    assert affordable(sweep, _spent(sweep, 1100), queue, 3) == 3
+
+
 def test_a_knob_the_base_config_leaves_at_hydra_missing_has_no_base_config(
         tmp_path) -> None:
     from sweeps.results.confirm import base_point
