@@ -146,6 +146,11 @@ def pruned_label(rule: str) -> str:
 #: (``sweeps best`` then withholds it unless ``--allow-worse``).
 WORSE_THAN_BASE: Final = "WORSE than your base config"
 
+#: In the header of a handed-over config when the base config went unstable on every seed
+#: it ran (its search trial was stopped), so it has no fresh-seed mean to compare with
+#: (``sweeps best`` repeats the line on stderr).
+BASE_NOT_COMPARED: Final = "not compared with your base config"
+
 #: Set on a Ray job by ``sweeps submit``: the sweep file as the user submitted it (the job
 #: loads a temporary copy of it, which is not where the user finds it).
 SUBMITTED_FROM_ENV: Final = "SWEEPS_SUBMITTED_FROM"

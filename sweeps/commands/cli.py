@@ -27,7 +27,7 @@ from sweeps.errors import (
     SpecError,
     Terminated,
 )
-from sweeps.protocol import CRASH, OK, RAY_JOB_ENV, SEARCH, objective_column
+from sweeps.protocol import BASE_NOT_COMPARED, CRASH, OK, RAY_JOB_ENV, SEARCH, objective_column
 from sweeps.terminal import clean, echo, flagged, shell_word
 from sweeps.terminal import console as make_console
 
@@ -266,8 +266,8 @@ def cmd_best(args: argparse.Namespace) -> int:
     for line in header_lines(files[0]):  # the header says if it is unconfirmed or worse
         if "UNCONFIRMED" in line or line.startswith("WARNING"):
             echo(f"warning: {line}", file=sys.stderr)
-        elif line.startswith("your base config:"):  # it is what you have
-            echo(f"note: {line}", file=sys.stderr)
+        elif line.startswith("your base config:") or BASE_NOT_COMPARED in line:
+            echo(f"note: {line}", file=sys.stderr)  # it is what you have, or it failed
     if worse_than_base(files[0]) and not args.allow_worse:
         echo(f"not printing {files[0]}: the sweep measured it worse than your base config "
              "on the same fresh seeds; keep your base config, or pass --allow-worse to get "
@@ -479,12 +479,10 @@ def print_selection(outcome) -> None:
         console.print(f"  (none: {_none_held(outcome.book, chosen)})")
     if chosen.base is not None and chosen.base.mean is not None:
         console.print(f"base config: {chosen.base.summary()}")
-    stopped = outcome.book.trials.get(chosen.base_id) if chosen.base_id else None
-    if stopped is not None and stopped.flagged and chosen.base_id not in judged:
-        console.print(f"note: your base config ({stopped.trial_id}, the search's first "
-                      f"trial) was stopped: {stopped.reason} at step {stopped.stop_step}; it "
-                      "ran on no fresh seed, so no hand-over is compared with it (`sweeps "
-                      "try FILE` shows why)")
+    unjudged_base = chosen.base.not_compared() if chosen.base is not None else None
+    if unjudged_base and chosen.base_id not in judged:
+        console.print(f"note: {unjudged_base} (trial {chosen.base_id}, the search's first; "
+                      "`sweeps try FILE` shows why)")
     if chosen.base_line():
         console.print(f"note: {chosen.base_line()}")
     tie = chosen.base_tie()

@@ -43,6 +43,7 @@ from typing import Any, ClassVar
 
 from sweeps.protocol import BASE as BASE_ROLE
 from sweeps.protocol import (
+    BASE_NOT_COMPARED,
     CRASH,
     FAILED,
     FLAT_PATIENCE_KEY,
@@ -367,6 +368,15 @@ class BaseReference:
     def failures(self) -> list[str]:
         """Its runs that failed (unstable or crashed), as ``seed N: reason @ step``."""
         return [f"seed {r.seed}: {r.failure()}" for r in self.runs if r.status in FAILED]
+
+    def not_compared(self) -> str | None:
+        """Why no config is compared with it, when every run of it went unstable (its
+        search trial was stopped, so it ran on no fresh seed); else None."""
+        if self.mean is not None or not self.failures:
+            return None
+        return (f"your base config went unstable ({'; '.join(self.failures)}) and ran on no "
+                f"fresh seed, so what the sweep hands over is {BASE_NOT_COMPARED} on fresh "
+                "seeds; it is less safe than a config that held on every seed it ran")
 
     def summary(self) -> str:
         """Its mean, the fresh seeds it is over, and any run that failed or was cut."""

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from sweeps.protocol import WORSE_THAN_BASE
+from sweeps.protocol import BASE_NOT_COMPARED, WORSE_THAN_BASE
 from sweeps.spec.config_paths import with_values
 from sweeps.spec.hydra_config import overrides
 from sweeps.spec.loader import Sweep, unmapped_step_count
@@ -112,6 +112,13 @@ def header_lines(path: Path) -> list[str]:
 def worse_than_base(path: Path) -> str | None:
     """The header's warning when the config is worse than the base config, else None."""
     return next((line for line in header_lines(path) if WORSE_THAN_BASE in line), None)
+
+
+def base_not_compared(path: Path) -> str | None:
+    """The header's line saying the base config went unstable on every seed it ran, so
+    the config is not compared with it, else None."""
+    return next((line.removeprefix("base config: ") for line in header_lines(path)
+                 if BASE_NOT_COMPARED in line), None)
 
 
 def base_held(path: Path) -> str | None:

@@ -11,10 +11,7 @@ from urllib.parse import quote
 
 import pandas as pd
 
-from sweeps.protocol import (
-    SELECTION,
-    SELECTION_REASON,
-)
+from sweeps.protocol import BASE_NOT_COMPARED, SELECTION, SELECTION_REASON
 from sweeps.results import plots
 from sweeps.results.export import header_lines
 from sweeps.results.figures import draw
@@ -196,7 +193,7 @@ def _warning_html(res: Results) -> str:
     except OSError:
         return ""
     lines = [h for h in head if h.startswith(("WARNING", "your base config:"))
-             or "UNCONFIRMED" in h]
+             or "UNCONFIRMED" in h or BASE_NOT_COMPARED in h]
     return "".join(f"<p class=note><b>{e(line)}</b></p>" for line in lines)
 
 

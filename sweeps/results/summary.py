@@ -19,7 +19,7 @@ from sweeps.protocol import (
     objective_column,
     seed_column_prefix,
 )
-from sweeps.results.export import base_held, worse_than_base
+from sweeps.results.export import base_held, base_not_compared, worse_than_base
 from sweeps.results.folder_data import Results, load, plain_value, taxonomy
 from sweeps.results.importance import importance
 
@@ -67,6 +67,8 @@ def summary_of(res: Results) -> dict[str, Any]:
         "best_yaml": str(res.folder / res.stable[0]) if res.stable else None,
         "worse_than_base": worse_than_base(res.folder / res.stable[0]) if res.stable else None,
         "base_held": base_held(res.folder / res.stable[0]) if res.stable else None,
+        "base_not_compared": base_not_compared(res.folder / res.stable[0]) if res.stable
+        else None,
     }
 
 

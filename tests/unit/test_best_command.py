@@ -155,6 +155,34 @@ def test_a_base_config_at_rank_1_is_said_in_its_header_best_and_the_json(tmp_pat
                                                 [0.9, 0.1])
 
 
+def test_a_base_config_unstable_on_every_seed_it_ran_is_said_in_the_header_best_and_json(
+        tmp_path: Path, capsys) -> None:
+    """A base config stopped on the search seed ran on no fresh seed: the hand-over's header,
+    ``sweeps best`` and the JSON said nothing of it, and a user compared the two alone."""
+    from sweeps.record.book import TrialRecord
+    from sweeps.results.export import base_not_compared
+    from sweeps.results.files import provenance
+
+    sweep = load_linreg(tmp_path / "sweep")
+    chosen = _selection(0.8)
+    chosen.base = BaseReference({}, Objective(metric="val_loss"),
+                                [SeedRun(0, "unstable", "divergence", 128, 0.7)], 0, "b")
+    rec = TrialRecord(trial_id="t", values={"lr": 0.1}, seed=0, role="search")
+    header = provenance(sweep, chosen, 1, chosen.candidates[0], rec, [0.8, 0.1])
+    assert "WARNING" not in header, "not worse: not compared"
+    path = write_config(tmp_path / "results" / "stable" / "rank-01-t.yaml", sweep,
+                        {"lr": 0.1}, header)
+    said = base_not_compared(path)
+    assert said.startswith("your base config went unstable (seed 0: divergence @ 128) and "
+                           "ran on no fresh seed")
+    assert main(["best", str(tmp_path / "results")]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == str(path) and f"note: base config: {said}" in err
+    chosen.base.runs.append(SeedRun(1, "ok", None, None, 0.7))  # it held on a fresh seed
+    assert base_not_compared(write_config(path, sweep, {"lr": 0.1}, provenance(
+        sweep, chosen, 1, chosen.candidates[0], rec, [0.8, 0.1]))) is None
+
+
 def test_best_prints_the_hand_over_as_flags_for_an_argparse_script(tmp_path: Path,
                                                                     capsys) -> None:
     """A script driven by argparse options only could use neither the YAML path nor the

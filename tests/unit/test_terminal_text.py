@@ -129,6 +129,8 @@ def test_the_summary_names_front_members_the_race_did_not_judge(capsys):
     from types import SimpleNamespace as NS
 
     from sweeps.commands.cli import print_selection
+    from sweeps.results.confirm import BaseReference, SeedRun
+    from sweeps.spec.loader import Objective
 
     judged = [NS(trial_id=t, verdict="confirmed") for t in ("a1", "b2", "c3")]
     chosen = NS(candidates=judged, fragile=[], steps={"search": 100}, notes=[],
@@ -149,9 +151,11 @@ def test_the_summary_names_front_members_the_race_did_not_judge(capsys):
     assert "your base config" not in out
     # the base config (the search's first trial) stopped by a rule is said to be
     chosen.base_id = "e5"
-    outcome.book.trials["e5"] = NS(trial_id="e5", flagged=True, reason="flat_at_baseline",
-                                   stop_step=121)
+    chosen.base = BaseReference({}, Objective(metric="val_loss", mode="min"),
+                                [SeedRun(0, "unstable", "flat_at_baseline", 121, 1.5)],
+                                search_seed=0, trial_id="e5")
     print_selection(outcome)
     out = " ".join(capsys.readouterr().out.split())
-    assert "note: your base config (e5, the search's first trial) was stopped: " \
-           "flat_at_baseline at step 121; it ran on no fresh seed" in out
+    assert "note: your base config went unstable (seed 0: flat_at_baseline @ 121) and ran " \
+           "on no fresh seed, so what the sweep hands over is not compared with your base " \
+           "config on fresh seeds" in out and "(trial e5, the search's first" in out
