@@ -115,6 +115,29 @@ def test_reports_match_what_transformers_logs_and_the_norm_is_taken_before_clipp
         pytest.approx(evals) and sorted(evals) == [4, 8]
 
 
+def test_token_labels_give_the_guess_of_their_frequencies(tmp_path):
+    """A language model of shuffled labels learns their unigram frequencies and no more:
+    its loss sits at their entropy, below ln(vocab). The callback reported no
+    label_entropy, so flat_at_baseline judged it against ln(vocab) and it was handed over."""
+    row = [1] * 8 + [2] * 4 + [3] * 2 + [-100] * 2  # the padding is left out
+    rows = [torch.tensor(row)[torch.randperm(16, generator=torch.Generator().manual_seed(i))]
+            for i in range(32)]
+    train_set = [{"input_ids": r.clamp(min=0), "labels": r} for r in rows]
+    reports = Reports()
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), max_steps=3, per_device_train_batch_size=4,
+        gradient_accumulation_steps=2, learning_rate=1e-3, save_strategy="no",
+        report_to="none", use_cpu=True, disable_tqdm=True, seed=0)
+    transformers.Trainer(model_init=model_init, args=args, train_dataset=train_set,
+                         callbacks=[SweepsCallback(reports)]).train()
+
+    shares = [8 / 14, 4 / 14, 2 / 14]
+    entropy = -sum(p * math.log(p) for p in shares)
+    assert [r["label_entropy"] for r in reports] == pytest.approx([entropy] * 3)
+    assert [r["label_majority"] for r in reports] == pytest.approx([8 / 14] * 3)
+    assert entropy < math.log(BASE["data"]["vocab_size"])
+
+
 def test_max_grad_norm_0_is_no_clipping_and_the_norm_is_still_reported(tmp_path):
     train_set, val_set = example.make_datasets(DATA)
     reports = Reports()

@@ -182,6 +182,38 @@ def test_gradient_accumulation_reports_once_per_optimizer_step():
         assert r["grad_norm"] == pytest.approx(float(model.pre_clip[i]), rel=1e-5)
 
 
+class Labels(Probe):
+    """A classifier whose ``training_step`` hands its class labels over as ``target``:
+    classes 0, 1, 2 in shares 1/2, 1/4, 1/4, whatever the input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Linear(8, 3)
+
+    def training_step(self, batch, batch_idx):
+        x, _ = batch
+        target = torch.tensor([0, 0, 1, 2] * (len(x) // 4))
+        pred = self.net(x)
+        return {"loss": F.cross_entropy(pred, target), "pred": pred, "target": target}
+
+    def validation_step(self, batch, batch_idx):
+        x, _ = batch
+        self.log("val_loss", F.cross_entropy(self.net(x), torch.zeros(len(x), dtype=int)))
+
+
+def test_class_labels_handed_over_as_target_give_the_guess_of_their_frequencies():
+    """flat_at_baseline judges a classifier of unequal class frequencies against their
+    entropy; Lightning's callback reported neither label_entropy nor label_majority."""
+    reports = Reports()
+    fit(sweep_config(3), reports, Labels(), Data())
+
+    steps = train_reports(reports)
+    entropy = -(0.5 * math.log(0.5) + 2 * 0.25 * math.log(0.25))
+    assert [r["label_entropy"] for r in steps] == pytest.approx([entropy] * 3)
+    assert [r["label_majority"] for r in steps] == pytest.approx([0.5] * 3)
+    assert all("pred_std" not in r for r in steps), "class scores have no collapse std"
+
+
 def test_val_loss_after_each_validation_and_at_the_end_of_the_budget():
     reports = Reports()
     model = Probe()

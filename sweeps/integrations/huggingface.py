@@ -22,6 +22,10 @@ Where the numbers come from (transformers' own ``grad_norm`` is logged only ever
   (:class:`_Watched`): the sum is taken only when the model's forward used it. A NaN
   stays a NaN (``logging_nan_inf_filter`` hides it in the log).
 * ``lr``: the optimizer's LR just before its step (transformers' ``learning_rate``).
+* ``label_entropy``, ``label_majority``: of the class ``labels`` the model was given
+  (:meth:`sweeps.Monitor.label_guess`; -100 left out), the random guess of unequal class
+  or token frequencies, which flat_at_baseline uses when it is below
+  ``rules.baseline_loss``.
 * ``val_loss``: ``eval_loss`` from ``on_evaluate``, merged into the report of the step it
   evaluated.
 """
@@ -44,7 +48,7 @@ except ImportError as exc:  # pragma: no cover - the optional extra is missing
                       "pip install 'sweeps[huggingface]'") from exc
 
 from sweeps.trial.compile import compile_mode as sweeps_compile_mode
-from sweeps.trial.monitor import Monitor
+from sweeps.trial.monitor import Monitor, is_class_labels
 
 Report = Callable[..., None]  # report(metrics, checkpoint=None)
 
@@ -77,7 +81,8 @@ class SweepsCallback(TrainerCallback):
 
     Each report has ``step`` (``state.global_step``), ``loss``, ``grad_norm`` (total L2
     norm before clipping), ``nonfinite_grads``, ``dead_params``, ``lr``, ``step_time``,
-    ``clipped`` (when ``max_grad_norm > 0``) and, on a step that evaluates, ``val_loss``
+    ``clipped`` (when ``max_grad_norm > 0``), ``label_entropy`` and ``label_majority``
+    (when the model is given integer ``labels``) and, on a step that evaluates, ``val_loss``
     and every other numeric ``eval_*`` metric under its transformers name. A step that
     evaluates is reported after the evaluation, every other step at its end.
 
@@ -116,6 +121,8 @@ class SweepsCallback(TrainerCallback):
         self._normalises: bool | None = None
         self._watched: type[_Watched] | None = None
         self._lr: float | None = None
+        #: ``label_entropy`` and ``label_majority`` of the class ``labels`` seen so far.
+        self._labels: dict[str, float] = {}
         self._started = time.perf_counter()
         self._pending: dict[str, Any] | None = None
         #: The step of the last report that carried ``val_loss`` (None before any).
@@ -170,6 +177,9 @@ class SweepsCallback(TrainerCallback):
             return  # evaluation
         if self._watched is not None:
             self._normalises, self._watched = bool(self._watched.used), None
+        labels = kwargs.get("labels")
+        if torch.is_tensor(labels) and is_class_labels(labels) and self._monitor is not None:
+            self._labels = self._monitor.label_guess(labels)
         loss = output.get("loss") if isinstance(output, Mapping) else None
         if torch.is_tensor(loss):
             self._losses.append(loss.detach().float().clone())
@@ -179,7 +189,7 @@ class SweepsCallback(TrainerCallback):
     def on_step_begin(self, args, state, control, **kwargs):
         self._flush()
         self._started = time.perf_counter()
-        self._losses, self._grads, self._lr = [], None, None
+        self._losses, self._grads, self._lr, self._labels = [], None, None, {}
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
         groups = getattr(self._optimizer, "param_groups", None)
@@ -202,6 +212,7 @@ class SweepsCallback(TrainerCallback):
                 metrics["clipped"] = 1.0 if norm > args.max_grad_norm else 0.0
         if self._lr is not None:
             metrics["lr"] = self._lr
+        metrics.update(self._labels)
         if state.global_step == 1 and args.torch_compile:
             metrics["compile_s"] = step_time  # the first step includes compilation
         if control.should_evaluate:

@@ -137,8 +137,11 @@ class SweepsCallback(pl.Callback):
             total = sum(t.float() for t in self._losses) if pl_module.automatic_optimization \
                 else self._losses[-1]
             metrics["loss"] = float(total)
+        target = outputs.get("target") if isinstance(outputs, Mapping) else None
+        if isinstance(target, torch.Tensor) and is_class_labels(target) and \
+                self._monitor is not None:  # the random guess of unequal class frequencies
+            metrics.update(self._monitor.label_guess(target))
         if isinstance(outputs, Mapping) and isinstance(outputs.get("pred"), torch.Tensor):
-            target = outputs.get("target")
             if not (isinstance(target, torch.Tensor) and is_class_labels(target)):
                 metrics["pred_std"] = spread(outputs["pred"])
                 if isinstance(target, torch.Tensor):

@@ -170,7 +170,7 @@ class Monitor:
         if self._grad_clip is not None:
             metrics["clipped"] = 1.0 if grad_norm > self._grad_clip else 0.0
         if target is not None and is_class_labels(target):
-            metrics.update(self._label_guess(target))
+            metrics.update(self.label_guess(target))
             return metrics
         if pred is not None:
             metrics["pred_std"] = spread(pred)
@@ -178,8 +178,10 @@ class Monitor:
             metrics["target_std"] = spread(target)
         return metrics
 
-    def _label_guess(self, target: torch.Tensor) -> dict[str, float]:
-        """``label_entropy`` and ``label_majority`` of the labels seen so far."""
+    def label_guess(self, target: torch.Tensor) -> dict[str, float]:
+        """``label_entropy`` and ``label_majority`` of the class labels seen so far,
+        ``target``'s included (negative labels, an ``ignore_index``, left out): for an
+        integration that sees the labels apart from :meth:`measure`."""
         labels = target.detach().reshape(-1).long()
         labels = labels[labels >= 0].cpu()
         if labels.numel() == 0:
