@@ -79,10 +79,10 @@ BACK_AT_GUESS: Final = ("back_at_guess: its training loss went back to the rando
                         "lost what it learnt")
 #: The warning of a run that ended ok with its LR still rising well past its warmup
 #: (:func:`sweeps.rules.lr_anomaly.still_warming`).
-LR_STILL_WARMING: Final = ("lr_still_warming: its LR was still rising at its end, at least "
-                           "twice its warmup past the start and under half the sampled lr: "
-                           "the warmup never ended (a scheduler stepped per epoch where it "
-                           "counts steps?)")
+LR_STILL_WARMING: Final = ("lr_still_warming: at its end, at least twice its warmup past "
+                           "the start, its LR was under half the sampled lr and still rising, "
+                           "or had never risen: the warmup never ended (a scheduler stepped "
+                           "per epoch where it counts steps?)")
 #: The warning of a run that ended ok with its quality objective last reported before its
 #: last step (:func:`sweeps.rules.ended_ok.stale_quality`).
 STALE_QUALITY: Final = "stale_quality"

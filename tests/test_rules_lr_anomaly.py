@@ -254,8 +254,9 @@ def test_a_per_epoch_decay_stepped_per_batch_vanishes():
 
 def test_a_warmup_stepped_per_epoch_is_still_rising_at_the_end_and_says_so(linreg_dir):
     """``scheduler.step()`` once per epoch of 40 steps under a 48-step warmup: the LR
-    rises all run and ends at an eighth of the sampled lr. No rule stops it (it trains);
-    a run that ends ok carries ``lr_still_warming``. A warmup that ended, and a run
+    rises all run and ends at an eighth of the sampled lr; with epochs longer than the
+    run, it sits at 1/48 of it from the first step. No rule stops either (they train); a
+    run that ends ok carries ``lr_still_warming``. A warmup that ended, and a run
     with no warmup declared, do not."""
     from sweeps.protocol import FINAL_KEY, LR_STILL_WARMING, STATUS_KEY
     from sweeps.record.book import TrialBook
@@ -265,7 +266,9 @@ def test_a_warmup_stepped_per_epoch_is_still_rising_at_the_end_and_says_so(linre
     edit_linreg(linreg_dir, rules={"baseline_loss": 1.0, "warmup_steps": 48})
     book = TrialBook(load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir))
     lrs = {"per-epoch": lambda k: 0.25 * (k // 40 + 1) / 48,
-           "per-step": lambda k: 0.25 * min(1.0, k / 48)}
+           "long-epochs": lambda k: 0.25 / 48,  # no epoch ended: the LR never rose
+           "per-step": lambda k: 0.25 * min(1.0, k / 48),
+           "step-decay": lambda k: 0.25 * min(1.0, k / 48) * (0.1 if k > 100 else 1.0)}
     for name, lr in lrs.items():
         for k in range(1, 201):
             book.record(name, {"step": k, "loss": 1 / k, "lr": lr(k), "config": {"lr": 0.25}})
@@ -275,7 +278,11 @@ def test_a_warmup_stepped_per_epoch_is_still_rising_at_the_end_and_says_so(linre
     assert len(warned) == 1 and warned[0].startswith(LR_STILL_WARMING)
     assert "lr 0.0312 at step 200, 12% of the sampled 0.25, up from 0.0156 at step 96" \
         in warned[0]
-    assert book.trials["per-step"].warnings == []
+    held = book.trials["long-epochs"].warnings
+    assert len(held) == 1 and held[0].startswith(LR_STILL_WARMING)
+    assert "lr 0.00521 at step 200, 2% of the sampled 0.25, where it was on every report: " \
+        "a warmup of 48 steps never raised it" in held[0]
+    assert book.trials["per-step"].warnings == [] == book.trials["step-decay"].warnings
     assert book.trials["per-epoch"].status == "ok"
 
 

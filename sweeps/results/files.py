@@ -266,9 +266,10 @@ def provenance(sweep: Sweep, chosen: Selection, rank: int, conf: Confirmation,
         out["your base config"] = line.removeprefix("your base config ")
     warnings = [chosen.base_warning() if rank == 1 else None]
     if any(w.startswith(LR_STILL_WARMING) for w in rec.warnings):
-        warnings.append("its LR was still rising at the end of its search run, under half "
-                        "the sampled lr: the warmup never ended (trials.csv's warnings say by "
-                        "how much); check that your scheduler steps once per step")
+        warnings.append("its LR was still rising (or had never risen) at the end of its "
+                        "search run, under half the sampled lr: the warmup never ended "
+                        "(trials.csv's warnings say by how much); check that your scheduler "
+                        "steps once per step (Lightning: \"interval\": \"step\")")
     if any(w.startswith(LOSS_AT_GUESS) for w in rec.warnings):
         warnings.append(f"its training loss sat at the random guess (rules.baseline_loss "
                         f"{sweep.spec.rules.baseline_loss:g}) from its warmup to its end on "

@@ -215,17 +215,23 @@ def _climb(
 
 def still_warming(history: Sequence[Mapping[str, Any]],
                   settings: RuleSettings) -> dict[str, Any] | None:
-    """Evidence that a run's LR was still rising at its end, at least twice its declared
-    warmup past the start, and under half the sampled lr: a warmup that never ended (a
-    scheduler stepped per epoch where it counts steps, a warmup in other units), else
-    None. Said of a run that ended ok, not a stop: the run trained, at an LR it never
-    meant. Needs ``warmup_steps`` and ``sampled_lr``.
+    """Evidence that a run's warmup never ended, else None: at its end, at least twice its
+    declared warmup past the start, its LR was under half the sampled lr and still rising
+    (by more than :data:`WARMING_RISE` since twice the warmup), or had never risen at all
+    (within :data:`WARMING_RISE` of the same value on every report: ``held``). A scheduler
+    stepped per epoch where it counts steps gives either, by whether an epoch ended in the
+    run; so does a warmup in other units. Said of a run that ended ok, not a stop: the run
+    trained, at an LR it never meant. Needs ``warmup_steps`` (2 or more for ``held``) and
+    ``sampled_lr``.
 
     Example:
         >>> s = RuleSettings(warmup_steps=48, sampled_lr=0.25)
         >>> per_epoch = [{"step": k, "lr": 0.25 * (k // 40 + 1) / 48} for k in range(1, 201)]
         >>> still_warming(per_epoch, s)["share_of_lr"]
         0.125
+        >>> long_epochs = [{"step": k, "lr": 0.25 / 48} for k in range(1, 201)]
+        >>> still_warming(long_epochs, s)["held"]
+        True
     """
     warm, sampled = settings.warmup_steps, settings.sampled_lr
     if not warm or sampled is None or not history:
@@ -235,18 +241,27 @@ def still_warming(history: Sequence[Mapping[str, Any]],
     found = (finite_num(history[i], "lr") for i in range(late, len(history)))
     at_twice = next((v for v in found if v is not None), None)
     last = finite_num(history[-1], "lr")
-    if at_twice is None or last is None or now < 2 * warm + 10 or \
-            not at_twice * WARMING_RISE < last < 0.5 * sampled:
+    if at_twice is None or last is None or now < 2 * warm + 10 or not 0 < last < 0.5 * sampled:
         return None
+    held = False
+    if last <= at_twice * WARMING_RISE:  # not rising now: did it ever rise?
+        lrs = [v for r in history if (v := finite_num(r, "lr")) is not None]
+        held = warm >= 2 and min(lrs) > 0 and max(lrs) <= min(lrs) * WARMING_RISE
+        if not held:
+            return None
     return {"lr": last, "lr_at_twice_warmup": at_twice, "warmup_steps": warm, "step": now,
-            "sampled_lr": sampled, "share_of_lr": round(last / sampled, 4)}
+            "sampled_lr": sampled, "share_of_lr": round(last / sampled, 4), "held": held}
 
 
 def warming_text(found: Mapping[str, Any]) -> str:
     """:func:`still_warming`'s evidence for people."""
-    return (f"lr {found['lr']:.3g} at step {found['step']}, {found['share_of_lr']:.0%} of the "
-            f"sampled {found['sampled_lr']:.3g}, up from {found['lr_at_twice_warmup']:.3g} at "
-            f"step {2 * found['warmup_steps']}, twice the warmup")
+    where = f"lr {found['lr']:.3g} at step {found['step']}, {found['share_of_lr']:.0%} of the " \
+            f"sampled {found['sampled_lr']:.3g}"
+    if found.get("held"):
+        return (f"{where}, where it was on every report: a warmup of {found['warmup_steps']} "
+                "steps never raised it")
+    return (f"{where}, up from {found['lr_at_twice_warmup']:.3g} at step "
+            f"{2 * found['warmup_steps']}, twice the warmup")
 
 
 #: How much the LR must have risen since twice the warmup for :func:`still_warming`.
