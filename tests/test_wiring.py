@@ -23,6 +23,9 @@ def _given(reports: list[dict]) -> list[str]:
 def test_each_wiring_warning_comes_once_on_the_report_where_it_shows():
     zero = [{"step": s, "loss": 1.0, "grad_norm": 0.0} for s in range(1, 12)]
     assert _given(zero) == [f"grad_norm was 0 on every report @ {ZERO_REPORTS}"]
+    dead = [{**r, "dead_params": 2.0} for r in zero]  # Monitor saw gradients, all zero
+    assert _given(dead) == [f"grad_norm was 0 on every report, with a gradient on the "
+                            f"parameters each time @ {ZERO_REPORTS}"]
     measured = [{"step": 1, "grad_norm": 0.5}] + zero[1:]
     assert _given(measured) == [], "a measured gradient first: a dead net later, not wiring"
     twice = [{"step": s // 2, "grad_norm": 1.0} for s in range(2, 10)]
@@ -46,6 +49,20 @@ def test_try_names_a_gradient_measured_after_zero_grad(linreg_dir, capsys, monke
     assert "error: trainer: grad_norm was 0 on every report" in err
     assert "fix: call monitor.measure after loss.backward(), before clipping and" in err
     assert "warning at step 5: grad_norm was 0 on every report" in out
+
+
+def test_try_tells_a_dead_model_from_a_gradient_measured_after_zero_grad(linreg_dir, capsys,
+                                                                        monkeypatch):
+    """Every gradient there and exactly zero is a dead model: the message blamed wiring."""
+    monkeypatch.chdir(linreg_dir)
+    code = main(["try", "linreg.yaml", "--set", "lr=0.05", "--set", "train.wiring=dead",
+                 "--steps", "20"])
+    out, err = (" ".join(text.split()) for text in capsys.readouterr())
+    assert code == 2
+    assert "error: trainer: grad_norm was 0 on every report, with a gradient on the " \
+           "parameters each time: the model is dead" in err
+    assert "fix: check the model's initialisation" in err
+    assert "warning at step 5: grad_norm was 0 on every report, with a gradient" in out
 
 
 @pytest.mark.slow

@@ -83,10 +83,9 @@ def cmd_try(args: argparse.Namespace) -> int:
     from sweeps.trial.tryout import lr_not_followed, parse_sets, try_trial, try_values
     from sweeps.trial.wiring import (
         WARMUP_NEVER_RAN_FIX,
-        ZERO_GRAD_NORM_FIX,
-        ZERO_GRAD_NORM_PROBLEM,
         grad_norms_all_zero,
         warmup_never_ran,
+        zero_norm_cause,
     )
 
     sweep = load_sweep(args.file, workdir=Path.cwd())
@@ -100,8 +99,9 @@ def cmd_try(args: argparse.Namespace) -> int:
     if never:
         raise SpecError("write_back.warmup", never, WARMUP_NEVER_RAN_FIX)
     if grad_norms_all_zero(rec.history):
-        raise SpecError("trainer", f"{ZERO_GRAD_NORM_PROBLEM}; the rules would judge a "
-                        "gradient that was never measured", ZERO_GRAD_NORM_FIX)
+        problem, fix = zero_norm_cause(rec.history)
+        raise SpecError("trainer", f"{problem}; the rules would judge a gradient that "
+                        "trains nothing", fix)
     if rec.verdict is not None and rec.verdict.reason == "bad_metric":
         from sweeps.trial.run import unreported
 

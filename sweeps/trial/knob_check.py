@@ -33,10 +33,9 @@ from sweeps.rules.settings import RuleSettings
 from sweeps.trial.run import reported_metrics
 from sweeps.trial.wiring import (
     WARMUP_NEVER_RAN_FIX,
-    ZERO_GRAD_NORM_FIX,
-    ZERO_GRAD_NORM_PROBLEM,
     grad_norms_all_zero,
     warmup_never_ran,
+    zero_norm_cause,
 )
 
 #: Sampled LRs must span at least this factor before the check can tell.
@@ -157,15 +156,16 @@ UNREPORTED_TRIALS = 2
 def unmeasured_gradients(records: Iterable[TrialRecord]) -> InertKnob | None:
     """:data:`UNREPORTED_TRIALS` finished search trials whose grad norm was 0 on every
     report (at least :data:`~sweeps.trial.wiring.ZERO_REPORTS`), and none that measured
-    one: ``Monitor.measure`` runs where there is no gradient, and every verdict about
-    gradients (and the collapse and LR rules that read them) judges nothing."""
+    one: ``Monitor.measure`` runs where there is no gradient, or the model is dead
+    (:func:`~sweeps.trial.wiring.zero_norm_cause`), and every verdict about gradients (and
+    the collapse and LR rules that read them) judges nothing."""
     done = [r for r in records if r.role == SEARCH and r.finished and r.status != CRASH
             and any("grad_norm" in h for h in r.history)]
     zero = [r for r in done if grad_norms_all_zero(r.history)]
     if len(zero) < UNREPORTED_TRIALS or len(zero) < len(done):
         return None
-    return InertKnob("", f"{len(zero)} search trials: {ZERO_GRAD_NORM_PROBLEM}",
-                     ZERO_GRAD_NORM_FIX, where="trainer")
+    problem, fix = zero_norm_cause([h for r in zero for h in r.history])
+    return InertKnob("", f"{len(zero)} search trials: {problem}", fix, where="trainer")
 
 
 def unreported_objective(records: Iterable[TrialRecord],

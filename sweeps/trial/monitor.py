@@ -146,6 +146,10 @@ class Monitor:
         random guess of a classifier whose classes are not equally frequent, which
         flat_at_baseline uses when it is below ``rules.baseline_loss``.
 
+        ``grads_absent`` (1.0, only then) says that no parameter had a gradient at all:
+        ``measure`` ran after ``optimizer.zero_grad()`` or before ``backward()``, which
+        sweeps tells apart from a dead model (gradients there, and all zero).
+
         ``lr``: the LR this step uses, for a loop that updates the parameters itself
         (``p.data.add_(p.grad, alpha=-lr)``) and has no optimizer to read it from; it
         wins over the optimizer's.
@@ -163,6 +167,8 @@ class Monitor:
         metrics["grad_norm"] = grad_norm
         metrics["nonfinite_grads"] = float(nonfinite)
         metrics["dead_params"] = float(dead)
+        if self._params and all(p.grad is None for p in self._params):
+            metrics["grads_absent"] = 1.0  # after zero_grad(), or before backward()
         self._measured_norm = grad_norm
         lr = float(lr) if lr is not None else self.lr()
         if lr is not None:

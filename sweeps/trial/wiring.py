@@ -4,7 +4,9 @@ Not instability: mistakes in the training loop that make the rules judge numbers
 not mean what they should. Each warns once per trial, on the report where it shows:
 
 * ``grad_norm`` 0 on every one of the first :data:`ZERO_REPORTS` reports: ``measure`` ran
-  when no gradient was there (after ``optimizer.zero_grad()``, or before ``backward()``);
+  when no gradient was there (after ``optimizer.zero_grad()``, or before ``backward()``),
+  or, when the gradients were there and all zero, the model is dead
+  (:func:`zero_norm_cause`);
 * ``zeroed_grads``: the gradients ``measure`` saw were all zero at ``optimizer.step()``
   (a ``clip_grad_norm_(params, 0)`` of the trainer's own, where 0 means "no clipping");
 * ``clipped_before_measure``: ``monitor.clip()`` ran before ``measure`` in a step, so the
@@ -30,6 +32,15 @@ ZERO_GRAD_NORM_PROBLEM = ("grad_norm was 0 on every report: Monitor.measure runs
 ZERO_GRAD_NORM_FIX = ("call monitor.measure after loss.backward(), before clipping and "
                       "optimizer.zero_grad()")
 ZERO_GRAD_NORM = f"{ZERO_GRAD_NORM_PROBLEM}: {ZERO_GRAD_NORM_FIX}"
+DEAD_MODEL_PROBLEM = ("grad_norm was 0 on every report, with a gradient on the parameters "
+                      "each time: the model is dead, its loss does not reach its parameters "
+                      "(a zero-initialised layer after a ReLU, an output detached or "
+                      "multiplied by 0), or Monitor.measure runs after "
+                      "optimizer.zero_grad(set_to_none=False)")
+DEAD_MODEL_FIX = ("check the model's initialisation and that its loss depends on its "
+                  "parameters (`sweeps try FILE` prints dead_params on each report); measure "
+                  "after loss.backward(), before optimizer.zero_grad()")
+DEAD_MODEL = f"{DEAD_MODEL_PROBLEM}: {DEAD_MODEL_FIX}"
 ZEROED_GRADS = ("every gradient was zero at optimizer.step() although Monitor measured them: "
                 "something scaled them to zero in between, e.g. clip_grad_norm_(params, 0) "
                 "(0 means no clipping here: skip the clip at 0, or call monitor.clip())")
@@ -62,6 +73,24 @@ def grad_norms_all_zero(history: Sequence[Mapping[str, Any]],
                 return False
             zeros += 1
     return zeros >= least
+
+
+def zero_norm_cause(history: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
+    """The problem and the fix of a run whose grad norm was 0 on every report: a dead model
+    when ``Monitor`` measured gradients that were there (its reports carry ``dead_params``
+    and never ``grads_absent``), else a measurement where there was no gradient.
+
+    Example:
+        >>> zero_norm_cause([{"grad_norm": 0.0, "dead_params": 4.0}])[0][:60]
+        'grad_norm was 0 on every report, with a gradient on the para'
+        >>> absent = {"grad_norm": 0.0, "dead_params": 4.0, "grads_absent": 1.0}
+        >>> zero_norm_cause([absent])[0] == ZERO_GRAD_NORM_PROBLEM
+        True
+    """
+    monitored = any("dead_params" in r for r in history)
+    if monitored and not any(r.get("grads_absent") for r in history):
+        return DEAD_MODEL_PROBLEM, DEAD_MODEL_FIX
+    return ZERO_GRAD_NORM_PROBLEM, ZERO_GRAD_NORM_FIX
 
 
 WARMUP_NEVER_RAN_FIX = ("step the LR scheduler once per optimizer step (scheduler.step() "
@@ -129,7 +158,7 @@ class WiringWatch:
         if isinstance(norm, (int, float)) and self._zero_norms >= 0:
             self._zero_norms = self._zero_norms + 1 if norm == 0 else -1  # -1: never again
             if self._zero_norms == ZERO_REPORTS:
-                found.append(("zero_grad_norm", ZERO_GRAD_NORM))
+                found.append(("zero_grad_norm", ": ".join(zero_norm_cause(history))))
         out = []
         for kind, text in found:
             if kind not in self.given:

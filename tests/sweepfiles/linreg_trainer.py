@@ -11,7 +11,8 @@ With ``train.eval_compiled`` the validation loss goes through the compiled model
 ``no_grad`` (as nanoGPT-style trainers do), a recompile for every trial;
 ``train.recompile_limit`` sets dynamo's limit (1: that evaluation runs eagerly).
 ``train.wiring`` plants a mistake in how the loop is wired: ``measure_late`` measures
-after ``zero_grad`` (grad norm 0), ``report_twice`` reports every step twice.
+after ``zero_grad`` (grad norm 0), ``report_twice`` reports every step twice, ``dead``
+multiplies the prediction by 0 (every gradient there and zero: a dead model).
 """
 
 import os
@@ -67,6 +68,8 @@ def train(config, report):
             time.sleep(3600)  # a hung data loader
         idx = torch.randint(0, 384, (64,))
         pred = forward(x[idx])
+        if t.get("wiring") == "dead":  # a model whose loss does not reach its parameters
+            pred = pred * 0.0
         loss = torch.nn.functional.mse_loss(pred, y[idx])
         opt.zero_grad()
         loss.backward()
