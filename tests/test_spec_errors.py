@@ -62,6 +62,9 @@ CASES = {
     "equal numbers as choices": (lambda d: d["search_space"].update(
         lr={"type": "categorical", "choices": [0, 1.0, 1]}), "search_space.lr",
         "1 is listed twice (1.0 and 1 are one number)"),
+    "a number YAML kept as text among numbers": (lambda d: d["search_space"].update(
+        grad_clip={"type": "categorical", "choices": [0, "5e-1", 1.0]}),
+        "search_space.grad_clip", "write it with a dot and a signed exponent (5.0e-1)"),
     "true beside 1 as choices": (lambda d: d["search_space"].update(
         lr={"type": "categorical", "choices": [1, True]}), "search_space.lr",
         "use true/false or numbers, not both"),

@@ -165,6 +165,18 @@ class Categorical(_Knob):
                      "or numbers, not both (e.g. choices: [0, 1] or [false, true]), or name "
                      "the choices with strings and map them in your trainer"})
             seen.append(choice)
+        numbers = [c for c in self.choices if isinstance(c, (int, float))
+                   and not isinstance(c, bool)]
+        text = next((c for c in self.choices if isinstance(c, str) and _reads_as_number(c)),
+                    None)
+        if numbers and text is not None:
+            raise PydanticCustomError(
+                "choice_number_text", "'{text}' is text among numbers ({numbers}): YAML "
+                "reads a number such as 5e-1 without a dot as text, so the trainer would get "
+                "the string",
+                {"text": text, "numbers": ", ".join(map(str, numbers[:3])),
+                 "fix": f"write it with a dot and a signed exponent ({_dotted(text)}) or as a "
+                 "decimal, or quote every choice if they are names"})
         return self
 
     def distribution(self) -> optuna.distributions.BaseDistribution:
@@ -177,6 +189,30 @@ class Categorical(_Knob):
 
 
 _NONE = object()
+
+
+def _reads_as_number(text: str) -> bool:
+    """Whether ``text`` is a number YAML 1.1 kept as text (``"5e-1"``, ``"1E3"``)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return text.strip().lower() not in ("nan", "inf", "-inf", "+inf", "infinity")
+
+
+def _dotted(text: str) -> str:
+    """``5e-1`` as YAML 1.1 reads a float: ``5.0e-1``.
+
+    Example:
+        >>> _dotted("5e-1"), _dotted("1E3")
+        ('5.0e-1', '1.0e+3')
+    """
+    mantissa, _, exponent = text.strip().lower().partition("e")
+    if "." not in mantissa:
+        mantissa += ".0"
+    if exponent and exponent[0] not in "+-":
+        exponent = "+" + exponent
+    return f"{mantissa}e{exponent}" if exponent else mantissa
 
 
 def _is_number(value: Any) -> bool:
