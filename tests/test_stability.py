@@ -399,6 +399,9 @@ def test_a_seed_at_the_guess_above_an_lr_that_learnt_is_dead_not_too_slow():
     rows = stability.cells(book, "lr", None)
     assert [c.verdict() for c in rows] == ["too slow", "stable", "stable", "borderline", "dead",
                                            "dead"]
+    reasons = [r["reasons"] for r in stability.table_rows(rows, ["lr"])]
+    assert reasons[-3:] == ["flat_at_baseline", "flat_at_baseline, at the random guess",
+                            "at the random guess"], "a dead cell says what its runs did"
     below, above = stability.boundary(rows)
     assert below.key == (0.0464,) and above.key == (0.2154,)
     _, why = stability.recommend(rows)
@@ -472,3 +475,28 @@ def test_no_clip_best_by_less_than_its_seeds_vary_keeps_a_clip():
     assert clip == 1.0 and "within its seeds' spread" in why
     rows = [cell(0.0, [19.2, 19.3]), cell(1.0, [20.4, 20.6])]
     assert stability.recommend_clip(rows, 0.01, quality, clip_is_second=True)[0] == 0.0
+
+
+def test_a_fast_learner_is_stable_and_a_one_seed_lead_is_said_to_be_one():
+    """A user's grid over grad_clip 0, 0.5, 1, 5: clip 0 and 5 never clipped and ran the
+    same, yet read ``too slow`` (their loss fell most of the way in its first tenth, which
+    was the reference), the text said "no value failed up to 1" of a grid up to 5, and
+    clip 1 was recommended on one seed's difference with no word of it."""
+    def cell(clip: float, seeds: list[float]) -> stability.Cell:
+        history = [{"step": k, "loss": 1.0 if k == 1 else 0.5 + 0.4 / k} for k in range(1, 201)]
+        return stability.Cell((clip,), [TrialRecord(
+            trial_id=f"{clip}-{i}", values={"grad_clip": clip}, seed=i, status="ok",
+            history=[*history[:-1], {**history[-1], "val_loss": v}])
+            for i, v in enumerate(seeds)])
+
+    quality = stability.Quality("val_loss", "min", None)
+    rows = [cell(0.0, [0.599, 0.676]), cell(0.5, [0.611, 0.663]), cell(1.0, [0.599, 0.613]),
+            cell(5.0, [0.599, 0.676])]
+    assert [c.verdict() for c in rows] == ["stable"] * 4
+    value, why = stability.recommend(rows, quality)
+    assert value == 1.0 and why.startswith("no value failed up to 5;")
+    assert "the lead (0.0315) is less than the seeds vary (0.077): on these seeds the two " \
+           "are not told apart" in why
+    one_seed = [cell(1.0, [0.599]), cell(5.0, [0.638])]
+    assert "one seed per cell cannot tell a lead from seed noise" in \
+        stability.recommend(one_seed, quality)[1]

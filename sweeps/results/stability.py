@@ -161,11 +161,8 @@ class Cell:
         ``borderline``."""
         if self.runs and all(r.status == CRASH for r in self.runs):
             return "crashed"
-        hard = [r for r in self.runs if r.failed and not slow(r.reason, r.evidence)]
-        dead = [r for r in self.runs if r not in hard and (
-            r.failed or self._run_at_guess(r) or
-            not _decreased(objectives.series(r.history, "loss")))] \
-            if self.above_learning else []
+        hard = self._hard()
+        dead = self._dead()
         if hard or dead:
             if len(hard) + len(dead) <= len(self.runs) / 2:
                 return "borderline"
@@ -177,6 +174,30 @@ class Cell:
                 self.at_guess():
             return "too slow"
         return "stable"
+
+    def _hard(self) -> list[TrialRecord]:
+        """The runs that failed for a reason other than sitting at the random guess."""
+        return [r for r in self.runs if r.failed and not slow(r.reason, r.evidence)]
+
+    def _dead(self) -> list[TrialRecord]:
+        """Above an LR whose seeds all learnt: the other runs that sat at the random guess
+        or whose loss did not fall."""
+        if not self.above_learning:
+            return []
+        hard = self._hard()
+        return [r for r in self.runs if r not in hard and (
+            r.failed or self._run_at_guess(r) or
+            not _decreased(objectives.series(r.history, "loss")))]
+
+    def why_dead(self) -> list[str]:
+        """What the dead runs (:meth:`_dead`) showed, for the reasons column: the verdict
+        ``borderline`` or ``dead`` with no failure named read as if nothing happened."""
+        out = set()
+        for run in self._dead():
+            if run.failed:
+                continue  # its own reason is in the column
+            out.add("at the random guess" if self._run_at_guess(run) else "loss did not fall")
+        return sorted(out)
 
     def _run_at_guess(self, run: TrialRecord) -> bool:
         """A stable run whose last tenth of losses sits in the random-guess band."""
@@ -198,14 +219,20 @@ class Cell:
 
 
 def _decreased(losses: list[float]) -> bool:
-    """The last tenth's mean below DECREASE x the start: the lower of the first loss and
-    the first tenth's mean, so an explosion early in the run that partly recovers does
-    not count as progress."""
+    """The last tenth's mean below DECREASE x the first loss, the untrained model's: an
+    explosion early in the run that partly recovers is no progress, and a fast learner
+    whose first tenth already fell most of the way is (against the first tenth's mean,
+    identical runs at grad_clip 0 and 5 read as "too slow").
+
+    Example:
+        >>> fast = [1.0, 0.5] + [0.45] * 18
+        >>> _decreased(fast), _decreased([1.0, 8.0, 6.0, 3.0] + [0.95] * 16)
+        (True, False)
+    """
     if len(losses) < 4:
         return False
     k = max(1, len(losses) // 10)
-    start = min(losses[0], statistics.fmean(losses[:k]))
-    return statistics.fmean(losses[-k:]) < DECREASE * start
+    return statistics.fmean(losses[-k:]) < DECREASE * losses[0]
 
 
 def cells(book: TrialBook, param: str, second: str | None) -> list[Cell]:
@@ -283,7 +310,9 @@ def recommend(rows: list[Cell], quality: Quality | None = None) -> tuple[Any, st
     if not stable:
         return None, "no grid value was stable on every seed and learning: widen the grid"
     if above is None:
-        return _pick(stable, quality, f"no value failed up to {label(stable[-1].key[:1])}; the "
+        held = [c for c in sorted(rows, key=lambda c: _order(c.key[0]))
+                if c.verdict() in ("stable", "too slow")]
+        return _pick(stable, quality, f"no value failed up to {label(held[-1].key[:1])}; the "
                      "boundary lies above the grid (extend the grid to find the cliff)",
                      "stable values")
     edge = below.key[0] if below is not None and below.verdict() == "stable" else stable[-1].key[0]
@@ -320,7 +349,22 @@ def _pick(safe: list[Cell], quality: Quality | None, where: str, zone: str) -> t
     runner = best_quality(rivals, quality)
     mean = runner.mean_quality(quality)
     return best.key[0], (text + f"; the largest safe value {label(runner.key)} is "
-                         f"{quality.gap(mean, top):.0%} worse ({mean:.4g})")
+                         f"{quality.gap(mean, top):.0%} worse ({mean:.4g})"
+                         + _untold(best, runner, quality))
+
+
+def _untold(best: Cell, runner: Cell, quality: Quality) -> str:
+    """A caveat when ``best`` leads ``runner`` by less than their seeds vary: the pick is
+    then one of seed noise. '' when the lead is larger, or seeds do not vary."""
+    lead = abs(best.mean_quality(quality) - runner.mean_quality(quality))
+    spreads = [max(v) - min(v) for c in (best, runner) if len(v := c.qualities(quality)) > 1]
+    if len(best.qualities(quality)) < 2 or len(runner.qualities(quality)) < 2:
+        return ("; one seed per cell cannot tell a lead from seed noise: run --seeds 3 "
+                "or more before you rely on it")
+    if spreads and lead < max(spreads):
+        return (f"; the lead ({lead:.3g}) is less than the seeds vary ({max(spreads):.3g}): "
+                "on these seeds the two are not told apart")
+    return ""
 
 
 def recommend_clip(rows: list[Cell], at: Any = None, quality: Quality | None = None,
@@ -489,7 +533,7 @@ def table_rows(rows: list[Cell], names: list[str],
                     "max_grad_norm": peak if peak is None or math.isfinite(peak) else str(peak),
                     "loss_decreased": cell.loss_decreased(),
                     "stable_seeds": f"{sum(r.status == 'ok' for r in cell.runs)}/{len(cell.runs)}",
-                    "reasons": ", ".join(cell.reasons),
+                    "reasons": ", ".join(cell.reasons + cell.why_dead()),
                     **_quality_columns(cell, quality, top), "verdict": marks[cell.key]})
     return out
 
