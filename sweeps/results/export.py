@@ -137,8 +137,7 @@ def flag_lines(sweep: Sweep, config: Any, dashes: bool = False) -> tuple[list[st
     from sweeps.spec.config_paths import get_path
 
     paths = [sweep.spec.write_back[k] for k in sweep.space if k not in sweep.grouped]
-    if sweep.steps_path is not None:
-        paths.append(sweep.steps_path)
+    paths += sweep.steps_paths
     lines, skipped = [], []
     for path in paths:
         value = get_path(config, path, None) if isinstance(config, dict) else None

@@ -252,7 +252,7 @@ class SweepFile(_Strict):
     trainer: str = Field(min_length=1)
     base_config: str | dict[str, Any] | None = None
     search_space: str | dict[str, Any] = "search_spaces/default.yaml"
-    write_back: dict[str, str]
+    write_back: dict[str, str | list[str]]
     objectives: list[Objective] = Field(
         default_factory=lambda: [Objective(metric="val_loss"), Objective(metric="instability")],
         min_length=1)
@@ -276,6 +276,26 @@ class SweepFile(_Strict):
     hydra_groups: dict[str, Any] | None = Field(
         default=None, description="written by sweeps into a results folder's sweep.yaml: "
         "the config each combination of Hydra config-group knobs composed")
+
+    @field_validator("write_back")
+    @classmethod
+    def _one_path_a_knob(cls, value: dict[str, str | list[str]]) -> dict[str, str | list[str]]:
+        """A knob has one path; ``max_steps`` may list several (a trainer's step count and
+        a scheduler's total steps), each set to ``budget.max_steps``."""
+        for knob, path in value.items():
+            if isinstance(path, str):
+                continue
+            if knob != STEPS_KNOB:
+                raise PydanticCustomError(
+                    "one_path", "a knob is written to one path, not a list",
+                    {"at": knob, "fix": f"give write_back.{knob} one dotted path (only "
+                     "max_steps takes a list: every path that holds the run's step count)"})
+            if not path or len(set(path)) < len(path):
+                raise PydanticCustomError(
+                    "steps_paths", "lists no path, or one path twice",
+                    {"at": knob, "fix": "list each path that holds the run's step count once, "
+                     "e.g. max_steps: [trainer.max_steps, scheduler.total_steps]"})
+        return value
 
 
 @dataclass
@@ -318,10 +338,14 @@ class Sweep:
         else ``budget.max_steps``) at ``write_back.max_steps`` when the sweep maps it."""
         out = {self.spec.write_back[k]: v for k, v in values.items()
                if k not in self.grouped}
-        steps_path = self.steps_path
-        if steps_path is not None:
-            out[steps_path] = max_steps or self.spec.budget.max_steps
+        for path in self.steps_paths:
+            out[path] = max_steps or self.spec.budget.max_steps
         return out
+
+    @property
+    def write_back_paths(self) -> dict[str, str]:
+        """``write_back`` with one path an entry (:func:`flat_write_back`)."""
+        return flat_write_back(self.spec.write_back)
 
     @property
     def grouped(self) -> dict[str, str]:
@@ -358,12 +382,13 @@ class Sweep:
                 get_path(self.base_config, self.spec.write_back[k], None) == HYDRA_MISSING]
 
     @property
-    def steps_path(self) -> str | None:
-        """Where the user's config keeps its step count (``write_back.max_steps`` when it
-        is no knob of the search space), else None."""
+    def steps_paths(self) -> list[str]:
+        """Where the user's config keeps its step count (``write_back.max_steps``, a path
+        or a list of them, when it is no knob of the search space); empty when nowhere."""
         if STEPS_KNOB in self.space:
-            return None
-        return self.spec.write_back.get(STEPS_KNOB)
+            return []
+        found = self.spec.write_back.get(STEPS_KNOB)
+        return [] if found is None else [found] if isinstance(found, str) else list(found)
 
     @property
     def quality_baseline(self) -> float | None:
@@ -557,12 +582,13 @@ def load_sweep_dict(data: Any, *, base_dir: Path, workdir: Path,
     primary = _hydra_primary(spec, dirs)
     groups = _groups(spec, space, primary)
     grouped = groups.knobs if groups else {}
-    write_back = {k: v for k, v in spec.write_back.items() if k not in grouped}
+    write_back = {k: v for k, v in flat_write_back(spec.write_back).items()
+                  if k not in grouped}
     _check_write_back(write_back, {k: v for k, v in space.items() if k not in grouped},
                       base_config)
     _check_initial_points(spec.initial_points, space)
     objectives = list(spec.objectives)
-    notes: list[str] = inner_name_notes(spec.write_back, space, primary_groups(primary[1]),
+    notes: list[str] = inner_name_notes(write_back, space, primary_groups(primary[1]),
                                         primary[0].parent) if primary else []
     if groups:
         _check_every_option_has(write_back, groups.configs)
@@ -745,7 +771,7 @@ def _groups(spec: SweepFile, space: dict[str, _Knob],
         return None
     path, raw = primary
     defaults = primary_groups(raw)
-    knobs = group_knobs(spec.write_back, space, defaults, path.parent)
+    knobs = group_knobs(flat_write_back(spec.write_back), space, defaults, path.parent)
     if not knobs:
         return None
     return compose_variants(path, knobs, space, defaults, hydra_config.compose)
@@ -848,14 +874,34 @@ def _knobs(raw: dict[Any, Any], root: str) -> tuple[dict[str, _Knob], bool]:
     return space, to_probe
 
 
+def flat_write_back(write_back: Mapping[str, str | list[str]]) -> dict[str, str]:
+    """``write_back`` with one path an entry: a ``max_steps`` list's paths as
+    ``max_steps``, ``max_steps.1``, … (the keys its error messages name).
+
+    Example:
+        >>> flat_write_back({"lr": "opt.lr", "max_steps": ["trainer.max_steps", "s.total"]})
+        {'lr': 'opt.lr', 'max_steps': 'trainer.max_steps', 'max_steps.1': 's.total'}
+    """
+    out: dict[str, str] = {}
+    for knob, path in write_back.items():
+        for i, one in enumerate([path] if isinstance(path, str) else path):
+            out[f"{knob}.{i}" if i else knob] = one
+    return out
+
+
 def unmapped_step_count(spec: SweepFile, space: Mapping[str, Any],
                         base_config: dict[str, Any]) -> tuple[str, Any] | None:
     """(path, value) of a step count in the base config that differs from
-    ``budget.max_steps`` while ``write_back.max_steps`` maps nothing, else None: a
-    handed-over config would keep it and train a different length than was confirmed."""
-    if STEPS_KNOB in spec.write_back or STEPS_KNOB in space:
+    ``budget.max_steps`` and that ``write_back.max_steps`` does not list, else None: a
+    handed-over config would keep it and train (or schedule) a different length than was
+    confirmed."""
+    if STEPS_KNOB in space:
         return None
+    mapped = set(flat_write_back({k: v for k, v in spec.write_back.items()
+                                  if k == STEPS_KNOB}).values())
     for path in leaf_paths(base_config):
+        if path in mapped:
+            continue
         value = get_path(base_config, path, None)
         *sections, leaf = path.split(".")
         if leaf in STEP_COUNT_NAMES and isinstance(value, int) and \
@@ -873,9 +919,15 @@ def step_count_notes(spec: SweepFile, space: Mapping[str, Any],
     if found is None:
         return []
     path, value = found
+    listed = spec.write_back.get(STEPS_KNOB)
+    if listed is None:
+        fix = f"add 'max_steps: {path}' under write_back"
+    else:
+        paths = [listed] if isinstance(listed, str) else list(listed)
+        fix = f"list it under write_back: max_steps: [{', '.join([*paths, path])}]"
     return [f"your config's {path} is {value} but every trial runs budget.max_steps = "
-            f"{spec.budget.max_steps}: add 'max_steps: {path}' under write_back so the "
-            "trials and the handed-over configs carry the steps they ran"]
+            f"{spec.budget.max_steps}: {fix} so the trials and the handed-over configs carry "
+            "the steps they ran (a scheduler's total steps too)"]
 
 
 def new_path_notes(write_back: dict[str, str], base_config: dict[str, Any]) -> list[str]:
@@ -1048,7 +1100,7 @@ DEFAULT_KNOBS = ("lr", "grad_clip", "dropout", "weight_decay", "warmup", "compil
 def _check_write_back(write_back: dict[str, str], space: dict[str, _Knob],
                       base_config: dict[str, Any]) -> None:
     for knob in write_back:
-        if knob not in space and knob != STEPS_KNOB:
+        if knob not in space and knob.partition(".")[0] != STEPS_KNOB:
             unmapped = [k for k in space if k not in write_back]
             near = difflib.get_close_matches(knob, unmapped, n=1) or \
                 difflib.get_close_matches(knob, list(space), n=1)

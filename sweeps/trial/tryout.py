@@ -73,7 +73,7 @@ def try_values(sweep: Sweep, sets: dict[str, Any]) -> dict[str, Any]:
         elif key in knob_at:  # a knob's own path (opt.lr): the knob, or it would overwrite it
             check_knob_value(sweep, knob_at[key], value)
             values[knob_at[key]] = value
-        elif key not in sweep.spec.write_back.values() and "." not in key:
+        elif key not in sweep.write_back_paths.values() and "." not in key:
             near = difflib.get_close_matches(key, list(sweep.space), n=1)
             fix = f"did you mean {near[0]}={_shown(value)}?" if near else \
                 f"use one of {', '.join(sweep.space)}, or a dotted path of your config"
@@ -92,7 +92,7 @@ def new_path_notes(sweep: Sweep, sets: dict[str, Any]) -> list[str]:
     read it with a default), and a typo would set a key the trainer never reads."""
     notes = []
     for path, value in sets.items():
-        if path in sweep.space or path in sweep.spec.write_back.values() or "." not in path \
+        if path in sweep.space or path in sweep.write_back_paths.values() or "." not in path \
                 or not sweep.base_config or get_path(sweep.base_config, path, None) is not None:
             continue
         near = difflib.get_close_matches(path, leaf_paths(sweep.base_config), n=1,

@@ -73,6 +73,48 @@ def test_write_back_max_steps_carries_the_steps_run_into_trials_and_hand_overs(
     assert not any(line.startswith("# WARNING") for line in path.read_text().splitlines())
 
 
+def test_write_back_max_steps_takes_every_path_that_holds_the_step_count(
+        tmp_path: Path) -> None:
+    """A trainer's max_steps and its scheduler's total_steps: with one path mapped, the
+    scheduler kept 600 in every trial and every hand-over, and nothing said so."""
+    from sweeps.errors import SpecError
+    from tests.unit.conftest import load_linreg
+
+    load_linreg(tmp_path)
+    config = yaml.safe_load((tmp_path / "linreg_config.yaml").read_text())
+    config["sched"] = {"total_steps": 600}
+    (tmp_path / "scheduled.yaml").write_text(yaml.safe_dump(config))
+
+    def load_linreg(folder: Path, **edits: object) -> Sweep:
+        from tests.unit.conftest import load_linreg as plain
+
+        return plain(folder, base_config="scheduled.yaml", **edits)
+
+    one = load_linreg(tmp_path, budget={"max_steps": 40},
+                      write_back={"lr": "train.lr", "max_steps": "train.steps"})
+    assert any("sched.total_steps is 600 but every trial runs budget.max_steps = 40: list "
+               "it under write_back: max_steps: [train.steps, sched.total_steps]" in note
+               for note in one.notes), one.notes
+    both = load_linreg(tmp_path, budget={"max_steps": 40}, write_back={
+        "lr": "train.lr", "max_steps": ["train.steps", "sched.total_steps"]})
+    assert not any("budget.max_steps" in note for note in both.notes)
+    trial = both.trial_config({"lr": 0.2}, trial_id="t", seed=0, max_steps=10)
+    assert trial["train"]["steps"] == 10 == trial["sched"]["total_steps"]
+    path = write_config(tmp_path / "best.yaml", both, {"lr": 0.2}, {})
+    written = yaml.safe_load(path.read_text())
+    assert written["train"]["steps"] == 40 == written["sched"]["total_steps"]
+    assert path.with_suffix(".overrides").read_text() == \
+        "train.lr=0.2\ntrain.steps=40\nsched.total_steps=40\n"
+    for paths, key in ((["train.steps", "sched.totl_steps"], "write_back.max_steps.1"),
+                       (["train.steps", "train.steps"], "write_back.max_steps")):
+        with pytest.raises(SpecError) as err:
+            load_linreg(tmp_path, write_back={"lr": "train.lr", "max_steps": paths})
+        assert err.value.key == key, err.value
+    with pytest.raises(SpecError) as err:
+        load_linreg(tmp_path, write_back={"lr": ["train.lr", "train.steps"]})
+    assert err.value.key == "write_back.lr" and "only max_steps takes a list" in err.value.fix
+
+
 def test_only_the_runs_own_step_count_is_noted(linreg_sweep: Sweep) -> None:
     from sweeps.spec.loader import unmapped_step_count
 
