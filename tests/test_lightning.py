@@ -333,6 +333,20 @@ def test_fit_runs_the_teardown_hooks_after_a_stop_and_keeps_the_verdict():
     assert catch.teardowns == ["fit"] and data.teardowns == ["fit"]
 
 
+def test_a_lightning_cli_callback_entry_is_built_from_its_class_path():
+    """A LightningCLI config lists ``trainer.callbacks`` as class_path/init_args mappings,
+    which the Trainer refused as they were."""
+    from lightning.pytorch.callbacks import Timer
+
+    entry = {"class_path": "lightning.pytorch.callbacks.Timer",
+             "init_args": {"duration": "00:00:10:00"}}
+    trainer = fit(sweep_config(2, callbacks=[entry]), Reports(), Probe(), Data())
+    timers = [c for c in trainer.callbacks if isinstance(c, Timer)]
+    assert len(timers) == 1 and timers[0]._duration == 600
+    with pytest.raises(ImportError, match=r"trainer.callbacks.0: class_path 'no.Such'"):
+        trainer_args({"trainer": {"callbacks": [{"class_path": "no.Such"}]}})
+
+
 def test_the_sweeps_trial_runner_sees_the_verdict_of_the_example():
     sweep = load_sweep(EXAMPLE / "sweep.yaml", workdir=EXAMPLE)
     results: list[dict] = []

@@ -212,7 +212,9 @@ def trainer_args(config: Mapping[str, Any], *, trainer_key: str = "trainer",
     """The ``Trainer`` arguments of a trial: ``config[trainer_key]`` (the user's own), then
     :data:`QUIET`, then ``overrides``, then what the sweep decides.
 
-    ``gradient_clip_val`` 0 becomes ``None``. With a ``sweep`` section (inside a sweep)
+    ``gradient_clip_val`` 0 becomes ``None``; a callback given as a LightningCLI
+    ``class_path``/``init_args`` mapping is built (:func:`from_class_path`). With a
+    ``sweep`` section (inside a sweep)
     the budget and the device are the sweep's: ``max_steps`` from it, ``max_epochs=-1``,
     no ``max_time``, ``accelerator``/``devices`` from its ``device``, and a plain
     ``LightningEnvironment`` unless a cluster environment is given: a trial is one process
@@ -224,6 +226,9 @@ def trainer_args(config: Mapping[str, Any], *, trainer_key: str = "trainer",
                         f"not {type(section).__name__}")
     kwargs = {**section, **QUIET, **overrides}
     kwargs["gradient_clip_val"] = clip_value(kwargs.get("gradient_clip_val"))
+    if isinstance(kwargs.get("callbacks"), (list, tuple)):  # a LightningCLI config's
+        kwargs["callbacks"] = [from_class_path(c, f"{trainer_key}.callbacks.{i}")
+                               for i, c in enumerate(kwargs["callbacks"])]
     sweep = config.get("sweep")
     if sweep:
         kwargs.update(max_steps=int(sweep["max_steps"]), max_epochs=-1, max_time=None,
@@ -338,6 +343,28 @@ def _is_compiled(trainer: pl.Trainer, pl_module: pl.LightningModule) -> bool:
 
     return isinstance(trainer.strategy.model, OptimizedModule) or any(
         isinstance(m, OptimizedModule) for m in pl_module.modules())
+
+
+def from_class_path(entry: Any, where: str) -> Any:
+    """``entry`` itself, or the object a LightningCLI ``class_path``/``init_args`` mapping
+    describes (``where``: its key path, for the error).
+
+    Example:
+        >>> from_class_path({"class_path": "datetime.timedelta", "init_args": {"days": 2}},
+        ...                 "trainer.callbacks.0").days
+        2
+    """
+    if not isinstance(entry, Mapping) or "class_path" not in entry:
+        return entry
+    import importlib
+
+    module, _, name = str(entry["class_path"]).rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ImportError(f"{where}: class_path {entry['class_path']!r} names no class "
+                          f"sweeps could import ({exc})") from exc
+    return cls(**dict(entry.get("init_args") or {}))
 
 
 def _build(obj: Any, config: Mapping[str, Any], key: str, kind: type) -> Any:
