@@ -302,7 +302,8 @@ def test_a_bad_value_says_what_was_given_and_what_the_key_means(linreg_dir, caps
     path = write_sweep(linreg_dir, data, "bad.yaml")
     code, err = _run_cli(linreg_dir, path, capsys, monkeypatch)
     assert code == 2 and "error: confirm.tolerance:" in err
-    assert "you gave -1; it is: largest gap between a candidate's worst and best seed" in err
+    assert "you gave -1; confirm.tolerance means: largest gap between a candidate's worst " \
+        "and best seed" in err
 
 
 def test_bytes_that_are_not_utf8_exit_2_naming_the_line(linreg_dir, capsys, monkeypatch):

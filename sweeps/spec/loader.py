@@ -1264,7 +1264,8 @@ def _value_fix(model: Any, loc: list[str], given: Any) -> str:
         candidates = [ann, *args] if isinstance(ann, type) else args
         model = next((c for c in candidates if issubclass(c, BaseModel)), None)
     shown = "" if given is None or isinstance(given, (dict, list)) else f"you gave {given!r}"
-    parts = [p for p in (shown, f"it is: {about}" if about else "") if p]
+    named = ".".join(loc)
+    parts = [p for p in (shown, f"{named} means: {about}" if about else "") if p]
     return "; ".join(parts) or "give a value of the kind docs/sweep-file.md lists"
 
 
