@@ -40,7 +40,7 @@ def test_fires_exactly_when_the_patience_window_is_full(seed):
     assert verdict.evidence["flat_since_step"] == verdict.step - 100
     assert first_firing(losses([B] * 200)).step == 100
     assert verdict.evidence["baseline"] == B
-    assert verdict.evidence["max_relative_deviation"] <= 0.05
+    assert verdict.evidence["max_below_baseline"] <= 0.05
 
 
 def test_patience_counts_steps_not_reports():

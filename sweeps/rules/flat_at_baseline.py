@@ -129,7 +129,7 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
     ]
     if not all(at_guess(s, settings) for s in smoothed):
         return None  # it was better than guessing in the window
-    worst = max(abs(s - baseline) for s in smoothed)
+    below, above = baseline - min(smoothed), max(smoothed) - baseline
     stretch = series[len(series) - checked:]
     if smoothed[-1] > baseline:  # above the guess: see beyond_guess
         stretch = beyond_guess(stretch, baseline, band)
@@ -148,9 +148,11 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
         **({"went_back": True, "lowest_before": lowest[0], "lowest_at_step": lowest[1]}
            if went_back and lowest is not None else {}),
         "baseline": baseline,
-        "max_relative_deviation": worst / baseline,
-        **({"above_baseline": True} if smoothed[-1] > baseline + band else {}),
+        # how far under the guess it got (at most the tolerance), and over it (no limit)
+        "max_below_baseline": max(0.0, below / baseline),
         "tolerance": settings.flat_tolerance,
+        **({"max_above_baseline": above / baseline} if above > 0 else {}),
+        **({"above_baseline": True} if smoothed[-1] > baseline + band else {}),
         "flat_since_step": since,
         "patience_steps": settings.flat_patience,
         "progress": drop / baseline,
