@@ -157,3 +157,6 @@ SUBMITTED_FROM_ENV: Final = "SWEEPS_SUBMITTED_FROM"
 #: Set in a Ray job's driver by Ray's job supervisor (which also sets ``RAY_ADDRESS`` to
 #: the cluster's GCS address).
 RAY_JOB_ENV: Final = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+#: Set by the SLURM batch script (``sweeps slurm``) on its driver: the Ray cluster it runs
+#: on ends with the job, so the sweep continues in a new job, not on that address.
+SLURM_DRIVER_ENV: Final = "SWEEPS_SLURM_DRIVER"

@@ -200,6 +200,10 @@ def test_the_resume_line_of_a_ray_jobs_driver_names_its_cluster(tmp_path, monkey
     assert f"`sweeps resume '{folder}' --address 10.0.0.5:6379`" in interrupted_line(args)
     args.address = "10.0.0.9:6379"
     assert "--address 10.0.0.9:6379`" in interrupted_line(args)
+    monkeypatch.setenv("SWEEPS_SLURM_DRIVER", "1")  # the cluster ends with the SLURM job
+    assert interrupted_line(args) == f"interrupted: `sweeps slurm --resume '{folder}'` " \
+        "(the same options as this job) continues where it stopped in a new job"
+    monkeypatch.delenv("SWEEPS_SLURM_DRIVER")
     odd = tmp_path / "out\x1b[31m[/INST]$x$"  # a folder's name is text, printed as text
     odd.mkdir(parents=True)
     (odd / "sweep.yaml").write_text("{}")

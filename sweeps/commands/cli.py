@@ -27,7 +27,15 @@ from sweeps.errors import (
     SpecError,
     Terminated,
 )
-from sweeps.protocol import BASE_NOT_COMPARED, CRASH, OK, RAY_JOB_ENV, SEARCH, objective_column
+from sweeps.protocol import (
+    BASE_NOT_COMPARED,
+    CRASH,
+    OK,
+    RAY_JOB_ENV,
+    SEARCH,
+    SLURM_DRIVER_ENV,
+    objective_column,
+)
 from sweeps.terminal import clean, echo, flagged, shell_word
 from sweeps.terminal import console as make_console
 
@@ -691,6 +699,9 @@ def interrupted_line(args: argparse.Namespace) -> str:
     folder = _folder_of(args)
     if folder is None or not (folder / "sweep.yaml").is_file():
         return "interrupted"
+    if os.environ.get(SLURM_DRIVER_ENV):  # its Ray cluster ends with the SLURM job
+        return clean(f"interrupted: `sweeps slurm --resume {shell_word(folder)}` (the same "
+                     "options as this job) continues where it stopped in a new job")
     address = getattr(args, "address", None)
     if address is None and os.environ.get(RAY_JOB_ENV):  # a Ray job's driver
         address = os.environ.get("RAY_ADDRESS")  # the cluster's GCS address
