@@ -155,6 +155,12 @@ def test_a_confirmation_stage_tells_its_own_time_left(linreg_dir):
     probe.last_result["config"].update({"_role": "probe:c1", "_seed": 0, "_lr_scale": 2.0})
     _feed(progress, book, probe)
     assert "(c1, seed 0)" not in out.getvalue()
+    base = _trial("b3", 0.1, 20, 0.35)  # the base config's own values on a fresh seed
+    base.last_result["config"].update({"_role": "base", "_seed": 3})
+    _feed(progress, book, base)
+    lines = " ".join(out.getvalue().split())  # each re-run's line says what it is
+    assert "r2 (c1 on seed 2) ok" in lines and "p1 (c1 at LR x2, seed 0) ok" in lines
+    assert "b3 (your base config, seed 3) ok" in lines
 
 
 def test_a_stability_grid_counts_its_cells_with_their_seeds(linreg_dir):

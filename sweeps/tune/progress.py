@@ -19,12 +19,30 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from sweeps.protocol import CRASH, FINISHED_OK, OK, SEARCH, STABILITY, probe_role
+from sweeps.protocol import BASE, CRASH, FINISHED_OK, OK, SEARCH, STABILITY, probe_role
 from sweeps.record import objectives
 from sweeps.record.book import TrialBook, TrialRecord
 from sweeps.results.race import owner_of
 from sweeps.terminal import console as make_console
 
+
+def run_label(rec: TrialRecord) -> str:
+    """What a re-run after the search is, for its line (`` (your base config, seed 3)``,
+    `` (8a1f on seed 2)``, `` (8a1f at LR x2, seed 0)``); '' for a search or stability run.
+
+    Example:
+        >>> from sweeps.record.book import TrialRecord
+        >>> run_label(TrialRecord("t", {}, 0, role="probe:8a1f", lr_scale=2.0))
+        ' (8a1f at LR x2, seed 0)'
+    """
+    owner = owner_of(rec.role)
+    if rec.role == BASE:
+        return f" (your base config, seed {rec.seed})"
+    if owner is None:
+        return ""
+    if rec.role == probe_role(owner):
+        return f" ({owner} at LR x{rec.lr_scale:g}, seed {rec.seed})"
+    return f" ({owner} on seed {rec.seed})"
 
 class ProgressLines(Callback):
     """Ray Tune callback that shows the sweep's progress (see the module docstring).
@@ -177,7 +195,7 @@ class ProgressLines(Callback):
             return f"{rec.trial_id} {what}"
         count = f"{self.done}/{self.total}" if self.total is not None else self.count()
         seed = f" seed {rec.seed}" if rec.role == STABILITY else ""
-        return f"[{count}] {rec.trial_id} {what}  {knobs}{seed}"
+        return f"[{count}] {rec.trial_id}{run_label(rec)} {what}  {knobs}{seed}"
 
     def count(self) -> str:
         """``done/total`` trials, or trials done and steps spent of a step budget."""
