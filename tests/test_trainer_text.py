@@ -83,6 +83,7 @@ def test_a_trainer_error_with_markup_and_escape_codes_is_printed_as_text(text_sw
 
     code, again = _cli(folder, "resume", str(out))
     assert code == 0, again
+    assert f"resuming sweep '{out.name}' in {out}: 3 trial(s) recorded" in again, again
     _as_text(again)
     assert "Trials of sweep" in again or "top search trials" in again
 

@@ -177,6 +177,10 @@ def resume_sweep(folder: Path, *, address: str | None = None, progress: bool = T
         if tolerance is not None:
             sweep = with_tolerance(sweep, tolerance)
             save_resolved(sweep)
+        if progress:
+            ran = len(list((folder / "trials").glob("*.jsonl")))
+            echo_stderr(f"resuming sweep '{sweep.name}' in {folder}: {ran} trial(s) recorded; "
+                        "finished ones are kept, unfinished ones run again")
         logged_to = None
         if tracking_uri is None and not os.environ.get("MLFLOW_TRACKING_URI"):
             tracking_uri = earlier_tracking_uri(folder / TRACKING_NOTE)
