@@ -246,6 +246,10 @@ def provenance(sweep: Sweep, chosen: Selection, rank: int, conf: Confirmation,
         "knobs": dict(rec.values),
         "confirmation": _confirmation_text(sweep, conf),
     }
+    if any(o.metric == "instability" for o in sweep.objectives):
+        out["instability is"] = ("log10 of the search run's largest grad-norm jump over "
+                                 "its running median, +0.1 per loss spike: 0.3 or less is "
+                                 "steady, 1 a tenfold jump the run came through")
     base = chosen.base
     if base is not None and base.mean is not None:
         out["base config"] = base.summary()

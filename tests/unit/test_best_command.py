@@ -108,6 +108,8 @@ def test_a_hand_over_without_clipping_says_what_grad_clip_0_means(tmp_path: Path
                           role="search")
         header = provenance(sweep, chosen, 1, conf, rec, [0.8, 0.1])
         assert ("NOTE" in header) is noted
+        assert header["instability is"].startswith("log10 of the search run's largest "
+                                                   "grad-norm jump"), "0.8 read as alarming"
     assert "clip_grad_norm_(params, 0) scales every gradient to zero" in \
         provenance(sweep, chosen, 1, conf, TrialRecord(
             trial_id="t", values={"grad_clip": 0}, seed=0, role="search"), [0.8, 0.1])["NOTE"]
