@@ -275,8 +275,11 @@ def provenance(sweep: Sweep, chosen: Selection, rank: int, conf: Confirmation,
                         "(trials.csv's warnings say by how much); check that your scheduler "
                         "steps once per step (Lightning: \"interval\": \"step\")")
     if any(w.startswith(LOSS_AT_GUESS) for w in rec.warnings):
-        warnings.append(f"its training loss sat at the random guess (rules.baseline_loss "
-                        f"{sweep.spec.rules.baseline_loss:g}) from its warmup to its end on "
+        declared = sweep.spec.rules.baseline_loss  # None: the guess came from the labels
+        guess = "the labels' own guess" if declared is None else \
+            f"rules.baseline_loss {declared:g}"
+        warnings.append(f"its training loss sat at the random guess ({guess}) from its "
+                        "warmup to its end on "
                         f"the search seed: by its loss it learnt nothing; its {metric} is "
                         "what the model scores barely trained (if the quality objective's "
                         "baseline is below what an untrained model scores, e.g. 1 / classes "

@@ -134,6 +134,21 @@ def test_a_run_whose_every_rerun_crashed_before_its_first_step_is_an_error(tmp_p
     assert all_crashed(trials(40), tmp_path) == 0, "a re-run that crashed later is a result"
 
 
+def test_a_loss_at_guess_header_without_a_declared_baseline(tmp_path: Path) -> None:
+    """The guess came from the labels (no rules.baseline_loss): formatting None crashed
+    the run and every resume before anything was handed over."""
+    from sweeps.protocol import LOSS_AT_GUESS
+    from sweeps.record.book import TrialRecord
+    from sweeps.results.files import provenance
+
+    sweep = load_linreg(tmp_path / "sweep", rules={"baseline_loss": None})
+    chosen = _selection(0.8)
+    rec = TrialRecord(trial_id="t", values={"lr": 0.1}, seed=0, role="search",
+                      warnings=[f"{LOSS_AT_GUESS} (smoothed loss 1.6)"])
+    header = provenance(sweep, chosen, 1, chosen.candidates[0], rec, [0.8, 0.1])
+    assert "sat at the random guess (the labels' own guess)" in header["WARNING"]
+
+
 def test_a_base_config_at_rank_1_is_said_in_its_header_best_and_the_json(tmp_path: Path,
                                                                        capsys) -> None:
     """"Your base config held and nothing beat it" was said in the run's output only."""
