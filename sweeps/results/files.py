@@ -256,8 +256,8 @@ def provenance(sweep: Sweep, chosen: Selection, rank: int, conf: Confirmation,
         tie = chosen.base_tie() if rank == 1 else None
         if tie:
             out["base config"] += f"; {tie.removeprefix(f'the top config ({rec.trial_id}) ')}"
-    elif base is not None and base.not_compared():
-        out["base config"] = base.not_compared()
+    elif base is not None and (unjudged := base.not_compared()):
+        out["base config"] = unjudged
     if rec.values.get("grad_clip") == 0:
         out["NOTE"] = ("grad_clip 0 means no clipping: a script that calls "
                        "clip_grad_norm_(params, 0) scales every gradient to zero; skip the "

@@ -162,7 +162,7 @@ class Cell:
         if self.runs and all(r.status == CRASH for r in self.runs):
             return "crashed"
         hard = self._hard()
-        dead = self._dead()
+        dead = self._dead(hard)
         if hard or dead:
             if len(hard) + len(dead) <= len(self.runs) / 2:
                 return "borderline"
@@ -179,12 +179,11 @@ class Cell:
         """The runs that failed for a reason other than sitting at the random guess."""
         return [r for r in self.runs if r.failed and not slow(r.reason, r.evidence)]
 
-    def _dead(self) -> list[TrialRecord]:
-        """Above an LR whose seeds all learnt: the other runs that sat at the random guess
-        or whose loss did not fall."""
+    def _dead(self, hard: list[TrialRecord]) -> list[TrialRecord]:
+        """Above an LR whose seeds all learnt: the runs other than ``hard`` (:meth:`_hard`)
+        that sat at the random guess or whose loss did not fall."""
         if not self.above_learning:
             return []
-        hard = self._hard()
         return [r for r in self.runs if r not in hard and (
             r.failed or self._run_at_guess(r) or
             not _decreased(objectives.series(r.history, "loss")))]
@@ -193,7 +192,7 @@ class Cell:
         """What the dead runs (:meth:`_dead`) showed, for the reasons column: the verdict
         ``borderline`` or ``dead`` with no failure named read as if nothing happened."""
         out = set()
-        for run in self._dead():
+        for run in self._dead(self._hard()):
             if run.failed:
                 continue  # its own reason is in the column
             out.add("at the random guess" if self._run_at_guess(run) else "loss did not fall")
@@ -356,13 +355,14 @@ def _pick(safe: list[Cell], quality: Quality | None, where: str, zone: str) -> t
 def _untold(best: Cell, runner: Cell, quality: Quality) -> str:
     """A caveat when ``best`` leads ``runner`` by less than their seeds vary: the pick is
     then one of seed noise. '' when the lead is larger, or seeds do not vary."""
-    lead = abs(best.mean_quality(quality) - runner.mean_quality(quality))
-    spreads = [max(v) - min(v) for c in (best, runner) if len(v := c.qualities(quality)) > 1]
-    if len(best.qualities(quality)) < 2 or len(runner.qualities(quality)) < 2:
+    seeds = [best.qualities(quality), runner.qualities(quality)]
+    if min(map(len, seeds)) < 2:
         return ("; one seed per cell cannot tell a lead from seed noise: run --seeds 3 "
                 "or more before you rely on it")
-    if spreads and lead < max(spreads):
-        return (f"; the lead ({lead:.3g}) is less than the seeds vary ({max(spreads):.3g}): "
+    lead = abs(best.mean_quality(quality) - runner.mean_quality(quality))
+    spread = max(max(v) - min(v) for v in seeds)
+    if lead < spread:
+        return (f"; the lead ({lead:.3g}) is less than the seeds vary ({spread:.3g}): "
                 "on these seeds the two are not told apart")
     return ""
 

@@ -167,7 +167,8 @@ class Monitor:
         metrics["grad_norm"] = grad_norm
         metrics["nonfinite_grads"] = float(nonfinite)
         metrics["dead_params"] = float(dead)
-        if self._params and all(p.grad is None for p in self._params):
+        if self._params and dead == len(self._params) and \
+                all(p.grad is None for p in self._params):  # looked for only when all dead
             metrics["grads_absent"] = 1.0  # after zero_grad(), or before backward()
         self._measured_norm = grad_norm
         lr = float(lr) if lr is not None else self.lr()
