@@ -274,6 +274,18 @@ def test_a_warmup_stepped_per_epoch_is_still_rising_at_the_end_and_says_so(linre
             book.record(name, {"step": k, "loss": 1 / k, "lr": lr(k), "config": {"lr": 0.25}})
         book.record(name, {"step": 200, "loss": 0.005, "lr": lr(200), "config": {"lr": 0.25},
                            STATUS_KEY: "ok", FINAL_KEY: 1})
+    # a per-epoch warmup whose one epoch ended mid-run, each 50th step a validation
+    # report with no LR, the last of them at the run's end (Lightning's val_check_interval)
+    for k in range(1, 201):
+        book.record("val-reports", {"step": k, "loss": 1 / k, "lr": 0.25 * (k // 156 + 1) / 48,
+                                    "config": {"lr": 0.25}})
+        if k % 50 == 0:
+            book.record("val-reports", {"step": k, "val_loss": 1 / k, "config": {"lr": 0.25}})
+    book.record("val-reports", {"step": 200, "val_loss": 0.005, "config": {"lr": 0.25},
+                                STATUS_KEY: "ok", FINAL_KEY: 1})
+    late = book.trials["val-reports"].warnings
+    assert len(late) == 1 and "lr 0.0104 at step 200, 4% of the sampled 0.25, up from " \
+        "0.00521 at step 96" in late[0]
     warned = book.trials["per-epoch"].warnings
     assert len(warned) == 1 and warned[0].startswith(LR_STILL_WARMING)
     assert "lr 0.0312 at step 200, 12% of the sampled 0.25, up from 0.0156 at step 96" \

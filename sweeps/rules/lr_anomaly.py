@@ -222,7 +222,7 @@ def still_warming(history: Sequence[Mapping[str, Any]],
     stepped per epoch where it counts steps gives either, by whether an epoch ended in the
     run; so does a warmup in other units. Said of a run that ended ok, not a stop: the run
     trained, at an LR it never meant. Needs ``warmup_steps`` (2 or more for ``held``) and
-    ``sampled_lr``.
+    ``sampled_lr``. Reports without an LR (validation's) are passed over.
 
     Example:
         >>> s = RuleSettings(warmup_steps=48, sampled_lr=0.25)
@@ -240,7 +240,9 @@ def still_warming(history: Sequence[Mapping[str, Any]],
     late = bisect.bisect_left(history, 2 * warm, key=step_key)
     found = (finite_num(history[i], "lr") for i in range(late, len(history)))
     at_twice = next((v for v in found if v is not None), None)
-    last = finite_num(history[-1], "lr")
+    # the newest report with an LR: a validation report may carry none
+    back = (finite_num(history[i], "lr") for i in range(len(history) - 1, late - 1, -1))
+    last = next((v for v in back if v is not None), None)
     if at_twice is None or last is None or now < 2 * warm + 10 or not 0 < last < 0.5 * sampled:
         return None
     held = False
