@@ -145,7 +145,9 @@ def holds_now(settings: RuleSettings, max_steps: int, history: History,
               reports_after_warmup: int, reported: Collection[str] | None = None) -> bool:
     """Whether a run no rule stopped, with ``reports_after_warmup`` reports since its warmup
     ended, has held at its newest report: past :func:`hold_step` and every window's
-    reports, and :func:`quiet`."""
+    reports, and :func:`quiet`; the random guess the class labels show counts as a
+    declared ``baseline_loss`` (:func:`~sweeps.rules.flat_at_baseline.label_guess`)."""
+    settings = flat_at_baseline.label_guess(history, settings)
     step = int(history[-1].get("step", 0)) if history else 0
     return step >= hold_step(settings, max_steps, reported) and \
         reports_after_warmup >= settle_reports(settings, reported) and \

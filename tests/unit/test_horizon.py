@@ -148,3 +148,23 @@ def test_two_chance_reads_of_an_accuracy_do_not_make_a_dead_network_hold():
     learnt = [dict(r) for r in dead]
     learnt[59]["val_acc"], learnt[119]["val_acc"] = 0.35, 0.6
     assert horizon.quiet(learnt, settings)
+
+
+def test_a_probe_at_the_labels_own_guess_does_not_hold_with_no_baseline_declared():
+    """Unequal classes, no ``rules.baseline_loss``: the trainer reports label_entropy
+    (1.61) and label_majority (0.365), and an LR too high sat at them from step 1. Its
+    hold step counted no flat_at_baseline window (no baseline was declared) and it held
+    at half its 200 steps, step 100, before the rule could fire at warmup 20 + patience
+    100; the boundary probe then put the edge above it. It now runs to the verdict."""
+    settings = RuleSettings(flat_patience=100, warmup_steps=20, quality_metric="val_acc",
+                            quality_mode="max", quality_baseline=0.35)
+    reporter = TrialReporter(settings, [].append, hold_max_steps=200)
+    with pytest.raises(TrialStopped) as info:
+        for step in range(1, 201):
+            report = {"step": step, "loss": 1.61, "grad_norm": 0.5, "lr": 0.5,
+                      "label_entropy": 1.61, "label_majority": 0.365}
+            if step % 50 == 0:
+                report["val_acc"] = 0.3647
+            reporter(report)
+    assert not isinstance(info.value, TrialHeld)
+    assert info.value.verdict.reason == "flat_at_baseline" and info.value.verdict.step <= 125
