@@ -158,8 +158,9 @@ def test_printed_precision_matches_audit_csv(audited):
     assert lines["flat_at_baseline"][:4] == ("3", "1", "1", "1")
     assert lines["flat_at_baseline"][4] == "67"
     # the stuck run and the poor slow learner (band left at step ~132 of 200) kept the
-    # state; the good slow learner left it at step ~62, 31 reports after its stop
-    assert lines["flat_at_baseline"][6] == "2" and lines["divergence"][6] is None
+    # state; the good slow learner left it at step ~62, 31 reports after its stop; the
+    # exploding run's loss kept its climb until it went non-finite
+    assert lines["flat_at_baseline"][6] == "2" and lines["divergence"][6] == "1"
     assert "audit.csv" in printed and "audit.md" in printed
 
 
@@ -345,3 +346,47 @@ def test_held_until_is_where_the_named_state_first_broke_after_the_stop():
     assert held_until(Rerun("g", "grad_blowup", 60, {}, 0, history=flat), settings) is None
     assert held_until(Rerun("f", "flat_at_baseline", 60, {}, 0, history=flat),
                       RuleSettings()) is None  # no baseline: no band
+
+
+def test_a_divergence_stop_held_while_the_loss_kept_half_its_climb():
+    """An explosion at step 3 (1.77 -> 47.7 -> 19.0 under clipping) that trained on to a
+    fair loss (a CNN's audit ended it at val_loss 0.288, "poor") did not stay diverged:
+    its state broke within a few reports. A loss that climbed and stayed up held."""
+    losses = [1.77, 47.7, 19.0, 14.1, 22.1, 22.7, 9.2, 6.2, 3.0, 2.3] + \
+        [2.0 * 0.99 ** s for s in range(190)]
+    back = [{"step": s, "loss": v} for s, v in enumerate(losses, start=1)]
+    got = held_until(Rerun("d", "divergence", 3, {}, 0, history=back), RuleSettings())
+    assert got is not None and got < 20
+    stays = [{"step": s, "loss": 1.77 if s < 3 else 40.0 + s % 3} for s in range(1, 201)]
+    assert held_until(Rerun("d", "divergence", 3, {}, 0, history=stays), RuleSettings()) == 200
+
+
+def test_a_run_at_its_labels_own_guess_failed_with_no_baseline_declared(linreg_dir):
+    """Unequal classes, no rules.baseline_loss: a re-run at the labels' entropy (1.61) and
+    at the majority class's accuracy failed, where it used to read "poor"; the declared
+    accuracy baseline below the majority share is raised to it."""
+    from sweeps.results.audit import random_guesses
+    from sweeps.spec.loader import load_sweep
+    from tests.conftest import edit_linreg
+
+    edit_linreg(linreg_dir, objectives=[{"metric": "val_loss", "mode": "min"},
+                                        {"metric": "val_acc", "mode": "max", "baseline": 0.35}],
+                rules={"baseline_loss": None})
+    sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir)
+    dead = [{"step": s, "loss": 1.65, "label_entropy": 1.61, "label_majority": 0.365,
+             "val_loss": 1.604, "val_acc": 0.3647} for s in range(1, 201)]
+    guesses = random_guesses(sweep, dead)
+    assert guesses == [("val_loss", "min", 1.61), ("val_acc", "max", 0.365),
+                       ("loss", "min", 1.61)]
+    run = judge(_run(dead), "val_loss", "min", best=0.176, baseline=None, tolerance=0.05,
+                margin=0.1, guesses=guesses)
+    assert run.outcome == "failed" and "ended at val_loss 1.604" in run.why, run.why
+    learnt = [dict(r, val_loss=0.288, val_acc=0.93) for r in dead]
+    run = judge(_run(learnt), "val_loss", "min", best=0.176, baseline=None, tolerance=0.05,
+                margin=0.1, guesses=random_guesses(sweep, learnt))
+    assert run.outcome == "poor"
+    no_labels = [{k: v for k, v in r.items() if not k.startswith("label_")} for r in dead]
+    assert random_guesses(sweep, no_labels) == [("val_acc", "max", 0.35)]
+    run = judge(_run(no_labels), "val_loss", "min", best=0.176, baseline=None,
+                tolerance=0.05, margin=0.1, guesses=random_guesses(sweep, no_labels))
+    assert run.outcome == "failed" and "val_acc 0.3647" in run.why, run.why

@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Any
 from sweeps.errors import SpecError
 from sweeps.protocol import CRASH, OK, PRUNED, SEARCH, UNSTABLE
 from sweeps.record.objectives import gap_scale, metric_value, quality_gap, series
-from sweeps.rules._history import newest_finite
+from sweeps.rules._history import finite_num, newest_finite
+from sweeps.rules.flat_at_baseline import label_guess
 from sweeps.rules.settings import RuleSettings
 from sweeps.state import saved_sweep
 from sweeps.state import seal as state_seal
@@ -241,16 +242,49 @@ def rerun(sweep: Sweep, run: Rerun, steps: int) -> Rerun:
     return run
 
 
+def random_guesses(sweep: Sweep, history: Sequence[Mapping[str, Any]]
+                   ) -> list[tuple[str, str, float]]:
+    """``(metric, mode, random guess)`` a re-run's end is judged against, first first: the
+    quality objective (its ``baseline``, else ``rules.baseline_loss`` for a ``min`` one),
+    the other objectives with a declared ``baseline``, then the training loss
+    (``rules.baseline_loss``). The guess the re-run's class labels show replaces a
+    declared one where it is nearer the truth, as the rules take it
+    (:func:`~sweeps.rules.flat_at_baseline.label_guess`): ``label_entropy`` for the loss
+    and a ``min`` objective with no ``baseline`` of its own, ``label_majority`` for a
+    ``max`` objective's baseline in [0, 1] below it."""
+    first = max(0, len(history) - 200)
+    entropy = newest_finite(history, "label_entropy", first, 1)
+    majority = newest_finite(history, "label_majority", first, 1)
+    loss = sweep.spec.rules.baseline_loss
+    if entropy and entropy[0] > 0 and (loss is None or entropy[0] < loss):
+        loss = entropy[0]
+    out: list[tuple[str, str, float]] = []
+    for i, objective in enumerate(sweep.objectives):
+        guess = objective.baseline
+        if guess is None and i == 0 and objective.mode == "min":
+            guess = loss
+        if guess is not None and objective.mode == "max" and majority and \
+                0 <= guess < majority[0] <= 1:
+            guess = majority[0]
+        if guess is not None:
+            out.append((objective.metric, objective.mode, guess))
+    if loss is not None:
+        out.append(("loss", "min", loss))
+    return out
+
+
 def judge(run: Rerun, metric: str, mode: str, best: float | None,
           baseline: float | None, tolerance: float, margin: float,
-          loss_baseline: float | None = None) -> Rerun:
+          loss_baseline: float | None = None,
+          guesses: Sequence[tuple[str, str, float]] | None = None) -> Rerun:
     """Set the re-run's quality, gap, outcome and why (see the module docstring).
 
     ``baseline`` is the quality metric's random-guess value (gaps are shares of the
     improvement over it; "ended at the random guess" is judged on the metric against it,
     an accuracy within ``tolerance`` x |baseline| above it); ``loss_baseline`` the
-    training loss's, judged instead for a ``max`` metric (an accuracy) with no
-    ``baseline``."""
+    training loss's, judged instead for a metric with no ``baseline``. ``guesses``
+    (:func:`random_guesses`) replaces both for that judgement: the first of them the
+    re-run reported is judged."""
     hist = run.history
     run.quality = metric_value(hist, metric) if hist else None
     reported = [h[metric] for h in hist if isinstance(h.get(metric), float)]
@@ -271,11 +305,15 @@ def judge(run: Rerun, metric: str, mode: str, best: float | None,
     if run.quality is None or not math.isfinite(run.quality):
         run.outcome, run.why = "failed", f"never reported a finite {metric}"
         return run
-    if mode == "min" or baseline is not None:  # the metric, against its random guess
-        judged, value, guess = metric, run.quality, baseline
-    else:  # an accuracy with no baseline declared: the training loss against its guess
-        judged, value, guess = "loss", (series(hist, "loss") or [None])[-1], loss_baseline
-    higher_better = judged == metric and mode == "max"
+    if guesses is None:  # the metric against its random guess, else the training loss
+        guesses = [(metric, mode, baseline)] if baseline is not None else \
+            [("loss", "min", loss_baseline)] if loss_baseline is not None else []
+    judged, value, guess, higher_better = metric, None, None, False
+    for name, way, level in guesses:
+        value = run.quality if name == metric else (series(hist, name) or [None])[-1]
+        if value is not None:
+            judged, guess, higher_better = name, level, way == "max"
+            break
     at_guess = guess is not None and value is not None and (
         value <= guess + tolerance * abs(guess) if higher_better
         else no_better_than_guess(value, guess, tolerance))
@@ -314,9 +352,13 @@ def held_until(run: Rerun, settings: RuleSettings) -> int | None:
     unbroken from the stop on: ``collapse``, every report's spread ratio below
     ``collapse_ratio``; ``flat_at_baseline``, the training loss's (else ``val_loss``'s)
     running mean over ``smoothing`` reports within ``flat_tolerance`` x
-    ``baseline_loss`` of the random guess or above it. None for the other reasons, or
-    when the re-run has nothing to show it. A stop whose run ended poor was still right
-    about the state it named when that held for most of the run.
+    ``baseline_loss`` of the random guess or above it (the labels' own guess where nearer,
+    :func:`~sweeps.rules.flat_at_baseline.label_guess`); ``divergence``, the running mean
+    of the training loss kept at least half its climb (above halfway from the lowest
+    running mean before the stop, or the first loss, to the running mean at the stop).
+    None for the other reasons, or when the re-run has nothing to show it. A stop whose
+    run ended poor was still right about the state it named when that held for most of
+    the run; a loss that exploded at step 2 and trained on to a fair loss was not.
 
     Example:
         >>> run = Rerun("t", "collapse", 2, {}, 0, history=[
@@ -333,14 +375,23 @@ def held_until(run: Rerun, settings: RuleSettings) -> int | None:
     if run.reason == "collapse":
         marks = [(int(h["step"]), ratio < settings.collapse_ratio) for h in after
                  if (ratio := collapse.spread_ratio(h)) is not None]
-    elif run.reason == "flat_at_baseline" and settings.baseline_loss is not None:
+    elif run.reason == "flat_at_baseline" and \
+            (settings := label_guess(run.history, settings)).baseline_loss is not None:
         key = "loss" if any("loss" in h for h in run.history) else "val_loss"  # as the rule
-        marks = []
-        for i, h in enumerate(run.history):
-            recent = newest_finite(run.history, key, 0, settings.smoothing, stop=i + 1)
-            if int(h["step"]) >= run.stop_step and recent:
-                marks.append((int(h["step"]), no_better_than_guess(
-                    sum(recent) / len(recent), settings.baseline_loss, settings.flat_tolerance)))
+        marks = [(step, no_better_than_guess(mean, settings.baseline_loss,
+                                              settings.flat_tolerance))
+                 for step, mean in _running(run.history, key, settings.smoothing)
+                 if step >= run.stop_step]
+    elif run.reason == "divergence":
+        means = _running(run.history, "loss", settings.smoothing)
+        before = [m for step, m in means if step < run.stop_step]
+        after = [(step, m) for step, m in means if step >= run.stop_step]
+        if not after:
+            return None
+        first = [next(v for h in run.history if (v := finite_num(h, "loss")) is not None)]
+        floor = min([*before, *first, after[0][1]])
+        half = floor + 0.5 * (after[0][1] - floor)
+        marks = [(step, m >= half) for step, m in after]
     else:
         return None
     last = None
@@ -349,6 +400,17 @@ def held_until(run: Rerun, settings: RuleSettings) -> int | None:
             break
         last = step
     return last
+
+
+def _running(history: Sequence[Mapping[str, Any]], key: str, n: int
+             ) -> list[tuple[int, float]]:
+    """(step, mean of the newest ``n`` finite values of ``key`` up to it) per report."""
+    out = []
+    for i, h in enumerate(history):
+        recent = newest_finite(history, key, 0, n, stop=i + 1)
+        if recent:
+            out.append((int(h["step"]), sum(recent) / len(recent)))
+    return out
 
 
 def no_better_than_guess(value: float, baseline: float, tolerance: float) -> bool:
@@ -591,7 +653,7 @@ def run_audit(folder: Path, *, sample: int = DEFAULT_SAMPLE, steps: int | None =
     for i, run in enumerate(runs, start=1):
         rerun(sweep, run, budget)
         judge(run, metric, mode, best, sweep.quality_baseline, rules.flat_tolerance, margin,
-              rules.baseline_loss)
+              guesses=random_guesses(sweep, run.history))
         run.held_until = held_until(run, rules)
         pending = best is None and run.outcome != "failed"  # judged once every re-run is in
         echo(f"  {i}/{len(runs)} {_run_line(run, metric, pending)}")
@@ -603,7 +665,7 @@ def run_audit(folder: Path, *, sample: int = DEFAULT_SAMPLE, steps: int | None =
             notes.append("no search trial finished ok; the best re-run is the reference")
             for run in runs:
                 judge(run, metric, mode, best, sweep.quality_baseline, rules.flat_tolerance,
-                      margin, rules.baseline_loss)
+                      margin, guesses=random_guesses(sweep, run.history))
                 echo(f"  judged against the best re-run: {_run_line(run, metric)}")
     knobs = [k for k in sweep.space if not sweep.space[k].is_fixed()]
     rows = _rows(runs, knobs, metric)
