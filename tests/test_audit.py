@@ -27,6 +27,7 @@ from sweeps.results.audit import (
     per_rule,
     pick,
     rule_line,
+    run_line,
     stopped_trials,
 )
 from sweeps.rules.settings import RuleSettings
@@ -355,8 +356,10 @@ def test_a_divergence_stop_held_while_the_loss_kept_half_its_climb():
     losses = [1.77, 47.7, 19.0, 14.1, 22.1, 22.7, 9.2, 6.2, 3.0, 2.3] + \
         [2.0 * 0.99 ** s for s in range(190)]
     back = [{"step": s, "loss": v} for s, v in enumerate(losses, start=1)]
-    got = held_until(Rerun("d", "divergence", 3, {}, 0, history=back), RuleSettings())
+    run = Rerun("d", "divergence", 3, {}, 0, history=back, outcome="poor", why="trails")
+    run.held_until = got = held_until(run, RuleSettings())
     assert got is not None and got < 20
+    assert f"the loss kept half its climb through step {got} of 200" in run_line(run, "loss")
     stays = [{"step": s, "loss": 1.77 if s < 3 else 40.0 + s % 3} for s in range(1, 201)]
     assert held_until(Rerun("d", "divergence", 3, {}, 0, history=stays), RuleSettings()) == 200
 

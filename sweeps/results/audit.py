@@ -656,7 +656,7 @@ def run_audit(folder: Path, *, sample: int = DEFAULT_SAMPLE, steps: int | None =
               guesses=random_guesses(sweep, run.history))
         run.held_until = held_until(run, rules)
         pending = best is None and run.outcome != "failed"  # judged once every re-run is in
-        echo(f"  {i}/{len(runs)} {_run_line(run, metric, pending)}")
+        echo(f"  {i}/{len(runs)} {run_line(run, metric, pending)}")
     if best is None:  # no ok search trial: the best re-run that did not fail is the reference
         good = [r.quality for r in runs if r.outcome != "failed" and r.quality is not None]
         if good:
@@ -666,7 +666,7 @@ def run_audit(folder: Path, *, sample: int = DEFAULT_SAMPLE, steps: int | None =
             for run in runs:
                 judge(run, metric, mode, best, sweep.quality_baseline, rules.flat_tolerance,
                       margin, guesses=random_guesses(sweep, run.history))
-                echo(f"  judged against the best re-run: {_run_line(run, metric)}")
+                echo(f"  judged against the best re-run: {run_line(run, metric)}")
     knobs = [k for k in sweep.space if not sweep.space[k].is_fixed()]
     rows = _rows(runs, knobs, metric)
     table = per_rule(rows, stopped)
@@ -680,7 +680,7 @@ def run_audit(folder: Path, *, sample: int = DEFAULT_SAMPLE, steps: int | None =
     return result
 
 
-def _run_line(run: Rerun, metric: str, pending: bool = False) -> str:
+def run_line(run: Rerun, metric: str, pending: bool = False) -> str:
     """A re-run's line: what it ran and reached, and its outcome (``pending``: not yet,
     it is judged against the best re-run once every one is in)."""
     quality = "-" if run.quality is None else f"{run.quality:.4g}"
@@ -691,7 +691,8 @@ def _run_line(run: Rerun, metric: str, pending: bool = False) -> str:
             "compare with)"
     held = ""
     if run.held_until is not None:
-        state = "collapsed" if run.reason == "collapse" else "in the random-guess band"
+        state = {"collapse": "collapsed", "divergence": "the loss kept half its climb"
+                 }.get(run.reason, "in the random-guess band")
         held = (f"; {state} through step {run.held_until} of {run.steps}"
                 if run.held_until < run.steps else f"; {state} to the end")
     return f"{ran}: {run.outcome} ({run.why}{held})"
