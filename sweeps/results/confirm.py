@@ -47,6 +47,7 @@ from sweeps.protocol import (
     CRASH,
     FAILED,
     FLAT_PATIENCE_KEY,
+    LOSS_AT_GUESS,
     LR_SCALE_KEY,
     OK,
     PRUNED,
@@ -941,12 +942,39 @@ def _unsettled_note(sweep: Sweep, book: TrialBook, judged: list[Confirmation]) -
                 f"{math.ceil(shares[0] * 20) / 20:.2f}` judges them again; it holds "
                 f"{keep.trial_id} if its other seeds agree as well")
     if not open_:
-        return (f"no candidate held on its fresh seeds ({len(judged)} judged); widen the "
-                "search space or lower the LR range")
+        how = why_none_held(book, judged)
+        return f"no candidate held on its fresh seeds ({len(judged)} judged){how}"
     steps = sum(ladder_cost(sweep, book, book.trials[c.trial_id]) for c in open_)
     return (f"{len(open_)} candidate(s) are not settled: about {steps} more training steps "
             "would settle them (`sweeps resume "
             f"{shell_word(sweep.output_dir)} --total-steps N`)")
+
+
+#: Reasons that say the loss exploded: an LR range too high is the likely cause.
+EXPLODED = ("divergence", "grad_blowup", "non_finite", "loss_spike")
+
+
+def why_none_held(book: TrialBook, judged: list[Confirmation]) -> str:
+    """What the judged candidates' failures point at, and the fix: every failed run at
+    the random guess with no search trial that learnt is the trainer or its data; every
+    failure an explosion, the LR range; else the space."""
+    reasons = {r.reason for c in judged for r in (c.search, *c.runs, *filter(None, [c.probe]))
+               if r.status not in (OK, PRUNED)}
+    search = [rec for rec in book.trials.values() if rec.role == SEARCH]
+    learnt = [rec for rec in search if rec.status == OK and
+              not any(w.startswith(LOSS_AT_GUESS) for w in rec.warnings)]
+    if reasons == {"flat_at_baseline"} and not learnt:
+        flat = sum(rec.reason == "flat_at_baseline" or (rec.diagnosis or {}).get("reason")
+                   == "flat_at_baseline" for rec in search)
+        return (f": each sat at the random guess (flat_at_baseline), and no search trial "
+                f"learnt either ({flat} of {len(search)} at the random guess, none ended ok "
+                "away from it); at no value tried did the model learn, which points at the "
+                "trainer or its data, not the hyperparameters (labels that do not match "
+                "their inputs, a loss on the wrong tensor, frozen weights): `sweeps try "
+                "FILE` prints one run's metrics as they come")
+    if reasons and reasons <= set(EXPLODED):
+        return f" ({', '.join(sorted(reasons))}); lower the LR range, or add grad_clip"
+    return "; widen the search space"
 
 
 def _spread_only(judged: list[Confirmation]) -> list[Confirmation]:

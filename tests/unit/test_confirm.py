@@ -22,6 +22,7 @@ from sweeps.results.confirm import (
     mark_poor,
     pair_on_shared_seeds,
     plan,
+    why_none_held,
 )
 from sweeps.spec.loader import Sweep
 from tests.unit.conftest import book_of, load_linreg, rec
@@ -428,3 +429,27 @@ def test_a_base_config_off_the_range_starts_the_search_at_the_nearest_point(
         "lr": {"type": "categorical", "choices": [0.01, 0.1]}}, train={"lr": 0.5})
     assert nearest_base_point(choice) is None
     assert any("starts without it" in n for n in choice.notes)
+
+
+def test_no_candidate_held_because_nothing_learnt_points_at_the_trainer(tmp_path: Path) -> None:
+    """Labels off by one: every search trial and every candidate's fresh seed sat at the
+    random guess. "Lower the LR range" was the advice; the model learnt at no LR tried."""
+    sweep = _sweep(tmp_path)
+    search = [rec(f"s{i}", status="unstable", val_loss=1.0) for i in range(3)]
+    for r in search:
+        r.reason = "flat_at_baseline"
+    cand = rec("c", status="pruned", val_loss=1.0)
+    flat = _rerun("c", 1, None, status="unstable", reason="flat_at_baseline", stop_step=120)
+    book = book_of(sweep, *search, cand, flat)
+    judged = [judge(sweep, book, cand, True)]
+    assert judged[0].verdict == "fragile"
+    text = why_none_held(book, judged)
+    assert "no search trial learnt either (3 of 4 at the random guess" in text
+    assert "points at the trainer or its data" in text and "LR range" not in text
+    learnt = rec("s9", val_loss=0.2)
+    assert why_none_held(book_of(sweep, *search, learnt, cand, flat), judged) == \
+        "; widen the search space"
+    blown = _rerun("c", 1, None, status="unstable", reason="divergence", stop_step=7)
+    judged = [judge(sweep, book_of(sweep, cand, blown), cand, True)]
+    assert why_none_held(book_of(sweep, cand, blown), judged) == \
+        " (divergence); lower the LR range, or add grad_clip"
