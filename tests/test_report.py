@@ -325,3 +325,28 @@ def test_page_in_headless_chromium(tmp_path: Path) -> None:
     asc = [float(v) for v in re.search(r'data-asc="([^"]*)"', dom).group(1).split(",")]
     desc = [float(v) for v in re.search(r'data-desc="([^"]*)"', dom).group(1).split(",")]
     assert asc == sorted(asc) and desc == sorted(desc, reverse=True) and len(asc) == 20
+
+
+def test_a_failed_trial_with_no_quality_is_drawn_and_a_third_objective_gets_a_panel(
+        monkeypatch) -> None:
+    """val_loss, val_r2 and instability: the plot had one panel (no instability), and a
+    failed trial whose val_r2 was NaN was left off it, so "failed (1)" showed one of two."""
+    figures = []
+    monkeypatch.setattr(plots, "save", lambda fig, path: figures.append(fig) or path)
+    search = pd.DataFrame({
+        "trial_id": ["a", "b", "c", "u1", "u2"],
+        "status": ["ok", "ok", "pruned", "unstable", "unstable"],
+        "objective_val_loss": [0.014, 0.02, 0.05, 1.0, 1.0],
+        "objective_val_r2": [0.985, 0.976, 0.95, 0.97, math.nan],
+        "objective_instability": [0.3, 0.5, 0.4, 10.0, 10.0]})
+    pareto = pd.DataFrame({"trial_id": ["a"], "front_rank": [1], "confirmed": [True]})
+    objectives = ["val_loss", "val_r2", "instability"]
+    modes = {"val_loss": "min", "val_r2": "max", "instability": "min"}
+    assert plots.pareto_plot(search, pareto, objectives, modes, Path("p.png")) is not None
+    axes = figures[0].axes
+    assert [ax.get_ylabel() for ax in axes] == ["val_r2 (higher is better)",
+                                                "instability (lower is better)"]
+    for ax in axes:
+        assert ax.get_title().endswith(": 5 search trials")
+        labels = ax.get_legend_handles_labels()[1]
+        assert "failed (2), on the top edge" in labels

@@ -40,6 +40,7 @@ from sweeps.protocol import (
     TRACEBACK_KEY,
     UNSTABLE,
     WARNING_KEY,
+    confirm_role,
 )
 from sweeps.record import objectives
 from sweeps.record.journal import Journal, JournalDamaged
@@ -392,14 +393,29 @@ class TrialBook:
                 out.append(value)
         return out
 
+    def seed_means(self, rec: TrialRecord, objs: list[Objective]) -> list[float | None]:
+        """Each objective's mean over ``rec`` and its re-runs on fresh seeds that ended ok
+        (None where none reported it): a raced config's values, every objective over the
+        same seeds."""
+        role = confirm_role(rec.trial_id)
+        runs = [rec, *(r for r in self.trials.values() if r.role == role and r.status == OK)]
+        per_run = [self.objective_values(r, objs) for r in runs]
+        out: list[float | None] = []
+        for i in range(len(objs)):
+            values = [v for row in per_run if (v := row[i]) is not None and math.isfinite(v)]
+            out.append(math.fsum(values) / len(values) if values else None)
+        return out
+
     def worst_value(self, obj: Objective, index: int, own: float | None) -> float:
-        """What a failed trial is told on objective ``index``: the worst value seen."""
+        """What a failed trial is told on objective ``index``: the worst value seen, or the
+        objective's random guess when that is worse (the first objective's
+        ``baseline``, else ``rules.baseline_loss``; another's declared ``baseline``)."""
         seen = [v for r in self.trials.values() if r.status == OK
                 for v in [objectives.metric_value(r.history, obj.metric)] if v is not None]
         if own is not None:
             seen.append(own)
-        baseline = self.sweep.quality_baseline
-        if index == 0 and baseline is not None:
+        baseline = self.sweep.quality_baseline if index == 0 else obj.baseline
+        if baseline is not None:
             seen.append(baseline)
         if not seen:
             return 1e6 if obj.mode == "min" else -1e6

@@ -129,7 +129,7 @@ def _at_the_edge(ax: Axes, failed: pd.DataFrame, x: str) -> None:
     """Failed trials (drawn at the penalty value Optuna was told, which would squash the
     rest into a corner) as crosses on the top edge of axes scaled to the other trials."""
     xlim, ylim = ax.get_xlim(), ax.get_ylim()
-    xs = failed[x].clip(min(xlim), max(xlim))
+    xs = failed[x].fillna(max(xlim)).clip(min(xlim), max(xlim))
     ax.scatter(xs, [max(ylim)] * len(xs), marker="X", c=STATUS_COLOURS["unstable"], s=36,
                clip_on=False, zorder=3, label=f"failed ({len(failed)}), on the top edge")
     ax.set_xlim(xlim)
@@ -144,8 +144,7 @@ def pareto_plot(search: pd.DataFrame, pareto: pd.DataFrame, objectives: Sequence
     quality = objective_column(objectives[0])
     seconds = [o for o in objectives[1:2]] or (["instability"] if "instability" in search
                                                else [])
-    if "step_time" in objectives[2:]:
-        seconds.append("step_time")
+    seconds += [o for o in ("instability", "step_time") if o in objectives[2:]]
     panels = []
     for other in seconds:
         col = f"objective_{other}" if f"objective_{other}" in search else other
@@ -160,9 +159,11 @@ def pareto_plot(search: pd.DataFrame, pareto: pd.DataFrame, objectives: Sequence
     drawn = False
     for ax, (other, col) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels,
                                 strict=True):
-        part = frame[frame[quality].notna() & frame[col].notna()]
+        # a failed trial is drawn whatever it reported (its quality may be NaN)
+        bad = frame["status"].isin(FAILED)
+        part = frame[(frame[quality].notna() & frame[col].notna()) | bad]
         failed = part["status"].isin(FAILED)
-        shown = part[~failed] if (~failed).any() else part
+        shown = part[~failed] if (~failed).any() else part.dropna(subset=[quality, col])
         _scatter_by_status(ax, shown, quality, col)
         front = part[part["trial_id"].isin(ranks)].assign(
             front_rank=lambda f: f["trial_id"].map(ranks))

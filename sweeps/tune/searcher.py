@@ -103,10 +103,10 @@ class StabilityAwareSearch(OptunaSearch):
     hands Ray Tune the race's re-runs between its own trials (:mod:`sweeps.results.race`).
 
     A search trial that enters the race is told once its first fresh seed (or its LR
-    probe) has run: infeasible if that failed, else its mean quality over every seed it
-    ran stable. A failure found on a later seed is told as an added infeasible trial at
-    the same point (user attr ``race_of``: the number of the trial it repeats).
-    """
+    probe) has run: infeasible if that failed, else its mean over every seed it ran
+    stable, on every objective. A failure found on a later seed is told as an added
+    infeasible trial at the same point (user attr ``race_of``: the number of the trial it
+    repeats)."""
 
     def __init__(self, sweep: Sweep, book: TrialBook,
                  storage: optuna.storages.BaseStorage | None = None) -> None:
@@ -361,8 +361,10 @@ class StabilityAwareSearch(OptunaSearch):
             study.tell(ot_trial, state=optuna.trial.TrialState.PRUNED)
         else:
             values = self.book.penalised_values(rec, self.objectives)
-            if quality is not None:
+            if quality is not None:  # every objective over the seeds the first's mean is
                 ot_trial.set_user_attr("seed_mean", quality)
+                means = self.book.seed_means(rec, self.objectives)
+                values = [v if m is None else m for v, m in zip(values, means, strict=True)]
                 values[0] = quality
             values = [told(o.metric, v) for o, v in zip(self.objectives, values, strict=True)]
             study.tell(ot_trial, values if len(values) > 1 else values[0])

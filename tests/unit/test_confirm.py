@@ -453,3 +453,24 @@ def test_no_candidate_held_because_nothing_learnt_points_at_the_trainer(tmp_path
     judged = [judge(sweep, book_of(sweep, cand, blown), cand, True)]
     assert why_none_held(book_of(sweep, cand, blown), judged) == \
         " (divergence); lower the LR range, or add grad_clip"
+
+
+def test_every_objective_is_told_over_the_same_seeds_and_a_failure_at_its_guess(
+        tmp_path: Path) -> None:
+    """val_loss, val_r2 (baseline 0) and instability: a raced config was told its seed
+    mean on val_loss and its search seed's val_r2; an unstable trial was told the worst
+    R² seen (0.97, a good one) beside a val_loss at the random guess."""
+    sweep = load_linreg(tmp_path, objectives=[
+        {"metric": "val_loss"}, {"metric": "val_r2", "mode": "max", "baseline": 0.0},
+        {"metric": "instability"}])
+    cand = rec("c", val_loss=0.014, val_r2=0.985)
+    seed1 = _rerun("c", 1, 0.012)
+    seed1.history[-1]["val_r2"] = 0.989
+    probe = _rerun("c", 0, 0.03, kind="probe")
+    probe.history[-1]["val_r2"] = 0.5  # another config (LR x 2): not in the mean
+    blown = rec("u", status="unstable", val_loss=0.02, val_r2=0.972)
+    book = book_of(sweep, cand, seed1, probe, blown)
+    means = book.seed_means(cand, sweep.objectives)
+    assert means[0] == pytest.approx(0.013) and means[1] == pytest.approx(0.987)
+    told = book.penalised_values(blown, sweep.objectives)
+    assert told[0] == 1.0 and told[1] == 0.0 and told[2] >= 10.0
