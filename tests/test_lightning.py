@@ -229,6 +229,29 @@ def test_val_loss_after_each_validation_and_at_the_end_of_the_budget():
     assert all("grad_norm" not in r for r in vals)  # a validation report judges no grads
 
 
+class Renamed(Probe):
+    """Logs its validation loss under another name than the callback's ``val_key``."""
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val/mse", F.mse_loss(self.net(x), y))
+
+
+def test_a_val_key_never_logged_reports_what_validation_did_log():
+    """The module logs ``val/mse``, the callback reads ``val_loss``: besides the warning,
+    each validation reports what it logged, so the sweep's error names it ("did you mean
+    'val/mse'?") and does not offer the training loss."""
+    from sweeps.trial.run import unreported
+
+    reports = Reports()
+    with pytest.warns(UserWarning, match="no 'val_loss' in trainer.callback_metrics"):
+        fit(sweep_config(12), reports, Renamed(), Data())
+    assert [r["step"] for r in reports if "val/mse" in r] == [8, 12]
+    assert not any("val_loss" in r for r in reports)
+    problem, fix = unreported("val_loss", list(reports))
+    assert "val/mse" in problem and fix.startswith("did you mean 'val/mse'?")
+
+
 def test_a_retried_trial_resumes_from_the_checkpoint_of_its_last_validation(tmp_path):
     """What sweeps does when a worker dies: the last state ``report`` was handed is saved
     with ``torch.save`` and its path comes back as ``config["sweep"]["checkpoint"]``."""

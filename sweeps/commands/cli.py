@@ -115,7 +115,8 @@ def cmd_try(args: argparse.Namespace) -> int:
 
         metric = str(rec.verdict.evidence.get("metric"))
         index = next((i for i, o in enumerate(sweep.objectives) if o.metric == metric), 0)
-        raise SpecError(f"objectives.{index}.metric", *unreported(metric, rec.history))
+        raise SpecError(f"objectives.{index}.metric", *unreported(
+            metric, rec.history, [o.metric for o in sweep.objectives]))
     return 0 if rec.verdict is None else 1
 
 

@@ -165,6 +165,12 @@ class SweepsCallback(pl.Callback):
                               f"after validation (logged: {sorted(found)}); log it with "
                               f"self.log({self.val_key!r}, loss) or pass val_key=...",
                               stacklevel=2)
+            # what validation did log, under its own names: an objective never reported
+            # is then told with the closest of them (val_key='val/mse')
+            logged = {k: v for k, v in ((k, _scalar(v)) for k, v in found.items())
+                      if v is not None}
+            if logged:
+                self.report({"step": trainer.global_step, **logged})
             return
         metrics: dict[str, Any] = {"step": trainer.global_step,
                                    "val_loss": float(found[self.val_key])}
@@ -176,6 +182,14 @@ class SweepsCallback(pl.Callback):
             self.report(metrics, checkpoint=_checkpoint_of(trainer))
         else:
             self.report(metrics)
+
+
+def _scalar(value: Any) -> float | None:
+    """A logged value as a float; None for one that is not a single number."""
+    try:
+        return float(value)
+    except (TypeError, ValueError, RuntimeError):
+        return None
 
 
 def clip_value(value: Any) -> float | None:

@@ -21,7 +21,6 @@ further trial would too (``objectives.N.metric``, with the closest metric it did
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from sweeps.protocol import CRASH, SEARCH
 from sweeps.record import objectives
 from sweeps.record.book import TrialRecord
 from sweeps.rules.settings import RuleSettings
-from sweeps.trial.run import reported_metrics
+from sweeps.trial.run import metric_hint, reported_metrics
 from sweeps.trial.wiring import (
     WARMUP_NEVER_RAN_FIX,
     grad_norms_all_zero,
@@ -181,8 +180,7 @@ def unreported_objective(records: Iterable[TrialRecord],
         if len(ended) < UNREPORTED_TRIALS:
             continue
         seen = reported_metrics([h for r in records for h in r.history])
-        near = difflib.get_close_matches(metric, seen, n=1, cutoff=0.5)
-        hint = f"did you mean '{near[0]}'? " if near else ""
+        hint = metric_hint(metric, seen, metrics)
         return InertKnob(metric, f"{len(ended)} search trials ran to their end and never "
                          f"reported {metric!r} (they reported: {', '.join(seen) or 'nothing'})",
                          f"{hint}Name a metric your trainer reports, or report "

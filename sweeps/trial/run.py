@@ -5,6 +5,8 @@ from __future__ import annotations
 import difflib
 import math
 import os
+import re
+from collections.abc import Sequence
 from typing import Any
 
 from sweeps.errors import Terminated
@@ -179,20 +181,62 @@ def run_trainer(sweep: Sweep, config: dict[str, Any], trial_id: str, sink,
     missing = [m for m in required if not any(m in h for h in reporter.history)]
     if missing:
         return _crashed(reporter, sink, Verdict("bad_metric", _last_step(reporter), {
-            "metric": missing[0], "error": "; ".join(unreported(missing[0], reporter.history))}))
+            "metric": missing[0],
+            "error": "; ".join(unreported(missing[0], reporter.history, required))}))
     sink({**reporter.history[-1], STATUS_KEY: OK, FINAL_KEY: 1})
     return reporter
 
 
-def unreported(metric: str, history: list[dict[str, Any]]) -> tuple[str, str]:
+def unreported(metric: str, history: list[dict[str, Any]],
+               others: Sequence[str] = ()) -> tuple[str, str]:
     """Why a trial that never reported objective ``metric`` ended (what it did report),
-    and the fix (the closest of those)."""
+    and the fix (the closest of those, :func:`metric_hint`; ``others``: the sweep's other
+    objectives)."""
     seen = reported_metrics(history)
-    near = difflib.get_close_matches(metric, seen, n=1, cutoff=0.5)
-    hint = f"did you mean {near[0]!r}? " if near else ""
     return (f"the trainer never reported {metric!r}, an objective of the sweep (it reported: "
             f"{', '.join(seen) or 'nothing'})",
-            f"{hint}Report it, or name a reported metric in objectives")
+            f"{metric_hint(metric, seen, others)}Report it, or name a reported metric in "
+            "objectives")
+
+
+#: Metrics sweeps' own Monitor and callbacks report: never the objective a user meant.
+MONITOR_METRICS = frozenset({
+    "grad_norm", "nonfinite_grads", "dead_params", "zeroed_grads", "grads_absent", "clipped",
+    "clipped_before_measure", "lr", "step_time", "compile_s", "pred_std", "target_std",
+    "label_entropy", "label_majority"})
+#: A metric measured on held-out data, by its name (``val_loss``, ``eval/acc``, ``test_mse``).
+HELD_OUT = re.compile(r"(val|valid|validation|eval|evaluation|test|dev|holdout)[_/.\-]",
+                      re.IGNORECASE)
+
+
+def metric_hint(metric: str, seen: Sequence[str], others: Sequence[str] = ()) -> str:
+    """``did you mean 'X'? `` for the reported metric closest to ``metric``, leaving out
+    sweeps' own (:data:`MONITOR_METRICS`) and the sweep's ``others`` objectives; for a
+    held-out metric only held-out ones (a training loss in its place would tune for the
+    training data), and when there is none, that no held-out metric was reported.
+
+    Example:
+        >>> metric_hint("val_loss", ["loss", "lr", "val/mse", "val_r2"], ["val_r2"])
+        "did you mean 'val/mse'? "
+        >>> metric_hint("val_loss", ["val_acc", "val_mse", "loss"])
+        "did you mean one of 'val_mse', 'val_acc'? "
+        >>> metric_hint("val_loss", ["grad_norm", "loss", "train_loss"])[:50]
+        'no held-out metric was reported (only loss, train_'
+    """
+    pool = [m for m in seen if m not in MONITOR_METRICS and m not in others and m != metric]
+    held_out = HELD_OUT.match(metric) is not None
+    if held_out:
+        kept = [m for m in pool if HELD_OUT.match(m)]
+        if not kept:
+            return (f"no held-out metric was reported (only {', '.join(pool) or 'nothing'}, "
+                    "from the training data: tuning on it would fit the training set); is "
+                    "the validation run, and its value passed to report? ")
+        near = difflib.get_close_matches(metric, kept, n=len(kept), cutoff=0.0)
+        if len(near) > 1:
+            return f"did you mean one of {', '.join(map(repr, near))}? "
+    else:
+        near = difflib.get_close_matches(metric, pool, n=1, cutoff=0.5)
+    return f"did you mean {near[0]!r}? " if near else ""
 
 
 def reported_metrics(history: list[dict[str, Any]]) -> list[str]:
