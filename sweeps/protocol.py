@@ -72,6 +72,14 @@ WARNING_KEY: Final = "sweeps/warning"
 LOSS_AT_GUESS: Final = ("loss_at_guess: its training loss sat at the random guess "
                         "(rules.baseline_loss) from its warmup to its end: by its loss it "
                         "learnt nothing, whatever its quality objective read")
+#: The warning of a run that ended ok with its smoothed training loss many times the random
+#: guess from its warmup on (:data:`sweeps.rules.ended_ok.OFF_SCALE`): not at the guess,
+#: on another scale than it.
+LOSS_OFF_SCALE: Final = ("loss_off_scale: its training loss stayed many times the random "
+                         "guess from its warmup to its end: it is on another scale than the "
+                         "guess (summed over the batch, reduction='sum'? or rules.baseline_loss "
+                         "meant for another loss), so the rules that compare the loss with "
+                         "the guess cannot judge it")
 #: The warning of a run that ended ok back in the random-guess band after it had learnt
 #: (:func:`sweeps.rules.flat_at_baseline.back_at_guess`).
 BACK_AT_GUESS: Final = ("back_at_guess: its training loss went back to the random guess "

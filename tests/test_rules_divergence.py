@@ -222,3 +222,17 @@ def test_the_bump_after_an_intended_warm_restart_is_not_divergence():
     assert _first_stop(_sgdr(climbs_on=False), plain) == 65, "without the opt-in: stopped"
     assert _first_stop(_sgdr(climbs_on=False), allowed) is None
     assert _first_stop(_sgdr(climbs_on=True), allowed) == 91
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_loss_summed_over_the_batch_is_judged_from_its_own_start(seed):
+    """A cross-entropy summed over a batch of 64 (reduction="sum") starts near 64 x the
+    declared guess 1.61: every trial was an "explosion" at step 2. It is judged from its
+    own start: a noisy fall is not stopped, and a climb from there still is."""
+    rng = np.random.default_rng(seed)
+    guess = RuleSettings(baseline_loss=1.61)
+    falling = 64 * (0.4 + 1.2 / (1 + np.arange(300) / 30)) * (1 + 0.05 * rng.standard_normal(300))
+    assert first_firing(losses(falling), guess) is None
+    climbing = 103 * 1.03 ** np.arange(300)
+    verdict = first_firing(losses(climbing), guess)
+    assert verdict is not None and verdict.evidence["reference_kind"] != "baseline"

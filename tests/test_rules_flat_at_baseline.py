@@ -316,7 +316,7 @@ def test_a_run_that_ended_ok_with_its_loss_at_the_guess_carries_a_warning(linreg
     with its smoothed loss in the random-guess band from its warmup on now carries the
     ``loss_at_guess`` warning (trials.csv, the summary, the YAML header); a run that
     learnt, or an LR probe, does not."""
-    from sweeps.protocol import FINAL_KEY, LOSS_AT_GUESS, STATUS_KEY
+    from sweeps.protocol import FINAL_KEY, LOSS_AT_GUESS, LOSS_OFF_SCALE, STATUS_KEY
     from sweeps.record.book import TrialBook
     from sweeps.spec.loader import load_sweep
     from tests.conftest import edit_linreg
@@ -324,7 +324,9 @@ def test_a_run_that_ended_ok_with_its_loss_at_the_guess_carries_a_warning(linreg
     # the quality objective reads far better than its declared random guess throughout
     edit_linreg(linreg_dir, objectives=[{"metric": "val_loss", "mode": "min", "baseline": 1.0}])
     book = TrialBook(load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir))
-    shapes = {"flat": lambda k: 1.0 + 0.01 * (k % 3), "learnt": lambda k: 1.0 / (1 + k / 10)}
+    # "summed": a cross-entropy summed over a batch of 64 (reduction="sum"), learning
+    shapes = {"flat": lambda k: 1.0 + 0.01 * (k % 3), "learnt": lambda k: 1.0 / (1 + k / 10),
+              "summed": lambda k: 64.0 * (0.4 + 0.6 / (1 + k / 10))}
     for name, loss in shapes.items():
         for lr_scale in (1.0, 2.0):
             trial_id = f"{name}-{lr_scale}"
@@ -338,6 +340,10 @@ def test_a_run_that_ended_ok_with_its_loss_at_the_guess_carries_a_warning(linreg
     assert len(warned["flat-1.0"]) == 1 and warned["flat-1.0"][0].startswith(LOSS_AT_GUESS)
     assert "to 60, the random guess 1" in warned["flat-1.0"][0]
     assert warned["flat-2.0"] == [] and warned["learnt-1.0"] == [] and warned["learnt-2.0"] == []
+    # 38x the guess is not at it: said as a loss on another scale than the guess
+    assert len(warned["summed-1.0"]) == 1
+    assert warned["summed-1.0"][0].startswith(LOSS_OFF_SCALE), warned["summed-1.0"]
+    assert "x the random guess 1;" in warned["summed-1.0"][0]
     assert book.trials["flat-1.0"].status == "ok"
 
 

@@ -13,6 +13,7 @@ import pandas as pd
 from sweeps.protocol import (
     BASE_CONFIG,
     LOSS_AT_GUESS,
+    LOSS_OFF_SCALE,
     LR_STILL_WARMING,
     OK,
     SELECTION,
@@ -274,6 +275,12 @@ def provenance(sweep: Sweep, chosen: Selection, rank: int, conf: Confirmation,
                         "search run, under half the sampled lr: the warmup never ended "
                         "(trials.csv's warnings say by how much); check that your scheduler "
                         "steps once per step (Lightning: \"interval\": \"step\")")
+    if any(w.startswith(LOSS_OFF_SCALE) for w in rec.warnings):
+        warnings.append("its training loss stayed many times the random guess from its "
+                        "warmup to its end on the search seed (trials.csv's warnings say how "
+                        "many): it is on another scale than the guess (summed over the "
+                        "batch?), so the rules could not judge it against the guess; report "
+                        "the mean over the batch, or set rules.baseline_loss to its own guess")
     if any(w.startswith(LOSS_AT_GUESS) for w in rec.warnings):
         declared = sweep.spec.rules.baseline_loss  # None: the guess came from the labels
         guess = "the labels' own guess" if declared is None else \

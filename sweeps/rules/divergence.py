@@ -68,6 +68,8 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
     newest = finite_num(history[-1], "loss") if n else None
     if newest is None:
         return None
+    if started_off_scale(history, settings):
+        settings = settings.model_copy(update={"baseline_loss": None})
     exploded = _explosion(history, newest, settings)
     if exploded is not None:
         return exploded
@@ -102,6 +104,25 @@ def check(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> Verdi
         "patience": patience,
     }
     return Verdict("divergence", newest_step(history), evidence)
+
+
+def started_off_scale(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> bool:
+    """Whether the run's first loss was already ``explosion_factor`` x ``baseline_loss``:
+    a loss on another scale than the guess (summed over the batch), which nothing is
+    judged against here; an explosion is then measured from the run's own start.
+
+    Example:
+        >>> s = RuleSettings(baseline_loss=1.6)
+        >>> started_off_scale([{"step": 1, "loss": 103.0}], s), started_off_scale(
+        ...     [{"step": 1, "loss": 1.7}, {"step": 2, "loss": 103.0}], s)
+        (True, False)
+    """
+    baseline, factor = settings.baseline_loss, settings.explosion_factor
+    if baseline is None or baseline <= 0 or factor is None:
+        return False
+    first = next((v for r in history[:MIN_REPORTS]
+                  if (v := finite_num(r, "loss")) is not None), None)
+    return first is not None and first >= factor * baseline
 
 
 def restarted_lately(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> bool:

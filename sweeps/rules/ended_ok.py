@@ -18,7 +18,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sweeps.protocol import BACK_AT_GUESS, LOSS_AT_GUESS, LR_STILL_WARMING, STALE_QUALITY
+from sweeps.protocol import (
+    BACK_AT_GUESS,
+    LOSS_AT_GUESS,
+    LOSS_OFF_SCALE,
+    LR_STILL_WARMING,
+    STALE_QUALITY,
+)
 from sweeps.rules import flat_at_baseline, lr_anomaly
 from sweeps.rules.settings import RuleSettings
 
@@ -29,7 +35,12 @@ def warnings_of(history: Sequence[Mapping[str, Any]], settings: RuleSettings,
     and the others in :mod:`sweeps.protocol`); ``metric`` is the quality objective's."""
     out: list[str] = []
     sat = flat_at_baseline.sat_at_guess(history, settings)
-    if sat is not None:
+    if sat is not None and sat["mean_smoothed_loss"] > OFF_SCALE * sat["baseline"] > 0:
+        out.append(f"{LOSS_OFF_SCALE} (smoothed loss {sat['mean_smoothed_loss']:.4g} from step "
+                   f"{sat['from_step']} to {sat['to_step']}, "
+                   f"{sat['mean_smoothed_loss'] / sat['baseline']:.0f}x the random guess "
+                   f"{sat['baseline']:g}; a loss summed over a batch of N is N times its mean)")
+    elif sat is not None:
         out.append(f"{LOSS_AT_GUESS} (smoothed loss {sat['mean_smoothed_loss']:.4g} from step "
                    f"{sat['from_step']} to {sat['to_step']}, the random guess "
                    f"{sat['baseline']:g})")
@@ -44,6 +55,12 @@ def warnings_of(history: Sequence[Mapping[str, Any]], settings: RuleSettings,
     if warming is not None:
         out.append(f"{LR_STILL_WARMING} ({lr_anomaly.warming_text(warming)})")
     return out
+
+
+#: A training loss whose mean from its warmup on is over this many times the random guess
+#: is on another scale than the guess (a loss at the guess is within a few tenths of it;
+#: an untrained model's is seldom twice it), not sitting at it.
+OFF_SCALE = 4.0
 
 
 def stale_quality(history: Sequence[Mapping[str, Any]], metric: str) -> str | None:

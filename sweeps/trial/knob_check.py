@@ -238,9 +238,11 @@ def baseline_off(records: Iterable[TrialRecord], settings: RuleSettings) -> Iner
                      "judge every trial against the wrong level",
                      "set rules.baseline_loss to the loss of predicting at random (ln of the "
                      "class count for cross-entropy, the target variance for MSE, pi/2 for "
-                     "an angular loss); if it is that, the model starts far off it "
-                     "(unnormalised inputs or outputs): normalise them, or leave "
-                     "baseline_loss out", where="rules.baseline_loss")
+                     "an angular loss); if it is that, the loss is on another scale (summed "
+                     "over the batch, reduction='sum', is batch-size times the mean: report "
+                     "the mean) or the model starts far off it (unnormalised inputs or "
+                     "outputs): normalise them, or leave baseline_loss out",
+                     where="rules.baseline_loss")
 
 
 def sweep_problem(records: Iterable[TrialRecord], metrics: Sequence[str],
