@@ -145,3 +145,22 @@ def test_exits_and_dead_workers_in_a_real_sweep(linreg_dir, capfd):
     assert evidence["log"].endswith("error.txt")
     assert (linreg_dir / "results" / "killed").resolve() in \
         (linreg_dir / evidence["log"]).resolve().parents
+
+
+@pytest.mark.slow
+def test_a_results_folder_deleted_mid_run_stops_the_sweep_with_one_message(linreg_dir, capfd):
+    """``rm -rf results/x`` while the sweep ran: a FileNotFoundError traceback from the
+    Optuna journal, exit 1, and a half-written folder that neither run nor resume took.
+    Now one message, exit 1, nothing left at the path, and the sweep runs again."""
+    out = linreg_dir / "results" / "linreg"
+    edit_linreg(linreg_dir, train={"remove_dir": str(out), "remove_at": 20, "sleep": 0.005},
+                budget={"trials": 8, "concurrent": 2, "scheduler": "none"},
+                confirm={"seeds": 0})
+    assert run_cli_in(linreg_dir, "run", "linreg.yaml", "--quiet", "--no-preflight") == 1
+    err = capfd.readouterr().err
+    assert f"error: the results folder {out} was deleted or moved while the sweep ran" in err
+    assert "Traceback" not in err and "FileNotFoundError" not in err
+    assert not out.exists(), sorted(p.name for p in out.iterdir())
+    edit_linreg(linreg_dir, train={"remove_at": -1})
+    assert run_cli_in(linreg_dir, "run", "linreg.yaml", "--quiet", "--no-preflight") == 0
+    assert len(read_results_csv(out / "trials.csv")) >= 8

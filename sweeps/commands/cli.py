@@ -36,6 +36,7 @@ from sweeps.protocol import (
     SLURM_DRIVER_ENV,
     objective_column,
 )
+from sweeps.state.folder_watch import FolderGone, clear_remnant
 from sweeps.terminal import clean, echo, flagged, shell_word
 from sweeps.terminal import console as make_console
 
@@ -637,6 +638,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return SpecError.exit_code
     except (PreflightFailed, ClusterNotReady, ProbeCrashed, RayNotStarted) as exc:
         echo(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except FolderGone as exc:
+        echo(f"error: {exc}", file=sys.stderr)
+        clear_remnant(exc.folder)  # what the sweep wrote there since: run or resume may go on
         return exc.exit_code
     except KeyboardInterrupt:
         err_console.print(interrupted_line(args))

@@ -36,6 +36,7 @@ from sweeps.state import check as state_check
 from sweeps.state import folder_lock, saved_sweep
 from sweeps.state import seal as state_seal
 from sweeps.state.atomic import remove_left_behind, write_text
+from sweeps.state.folder_watch import watching
 from sweeps.state.layout import MLFLOW_DB, SELECTION_NOTES, STUDY_FILE, TRACKING_NOTE
 from sweeps.terminal import echo_stderr, shell_word
 from sweeps.trial.knob_check import sweep_problem
@@ -236,7 +237,9 @@ def with_total_steps(sweep: Sweep, total: int) -> Sweep:
 
 def _execute(sweep: Sweep, *, address: str | None, progress: bool, tracking_uri: str | None,
              resume: bool) -> SweepOutcome:
-    with books_of(sweep):  # Ray Tune's restored state binds to this folder, wherever it was
+    # Ray Tune's restored state binds to this folder, wherever it was; a folder deleted or
+    # moved meanwhile stops the run (FolderGone)
+    with books_of(sweep), watching(sweep.output_dir) as watch:
         book = open_book(sweep)
         roles = {t: rec.role for t, rec in book.trials.items()}
         set_aside = book.set_aside_unfinished() if resume else []
@@ -265,6 +268,7 @@ def _execute(sweep: Sweep, *, address: str | None, progress: bool, tracking_uri:
                             resume=resume and (sweep.output_dir / name).exists())
 
             chosen = confirmation.select(sweep, book, ordered, front, rerun)
+        watch.check()
         outcome = write_outputs(sweep, book, front, chosen, tracking_uri=tracking_uri)
     restored = saved_sweep.overwritten(sweep.output_dir)
     if restored:

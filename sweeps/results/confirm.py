@@ -61,6 +61,7 @@ from sweeps.protocol import (
 from sweeps.record import objectives
 from sweeps.record.book import TrialBook, TrialRecord
 from sweeps.spec.loader import Objective, Sweep
+from sweeps.state.layout import CONFIRM_STAGE
 from sweeps.terminal import shell_word
 from sweeps.trial import horizon
 from sweeps.trial.run import is_probe, trial_settings, trial_values
@@ -815,7 +816,7 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
         nonlocal stage_no
         if runs:
             stage_no += 1
-            run(runs, "confirm" if stage_no == 1 else f"confirm-{stage_no}")
+            run(runs, CONFIRM_STAGE if stage_no == 1 else f"{CONFIRM_STAGE}-{stage_no}")
 
     def verdict(rec: TrialRecord) -> Confirmation:
         return judge(sweep, book, rec, rec.trial_id in on_front)

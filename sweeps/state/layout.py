@@ -34,8 +34,10 @@ TRACKING_NOTE = "tracking.txt"
 MLFLOW_DB = "mlflow.db"
 #: Trials' shared compile cache (``sweeps run`` only).
 INDUCTOR_CACHE = "inductor_cache"
-#: Ray Tune's experiment folder of the search.
+#: Ray Tune's experiment folder of the search, and the name (and prefix: ``confirm-2``,
+#: ``confirm-resumed``) of those of the confirmation stages.
 RAY_DIR = "ray"
+CONFIRM_STAGE = "confirm"
 #: ``sweeps stability``'s own folder, and ``sweeps audit``'s outputs.
 STABILITY_DIR = "stability"
 #: The boundary probe ``sweeps run`` ran for ``search_space.lr.high: probe`` (boundary.md).

@@ -10,6 +10,7 @@ from ray.tune import Callback, Stopper
 
 from sweeps.record.book import TrialBook
 from sweeps.record.worker_logs import keep_worker_output, worker_log_path, worker_pid
+from sweeps.state import folder_watch
 from sweeps.tune import session as ray_session
 
 
@@ -86,3 +87,14 @@ class WorkerLogs(Callback):
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._keep(trial, "the trial failed")
+
+
+class WatchFolder(Callback):
+    """Stops the run at the first step after its results folder was deleted or moved
+    (:class:`sweeps.state.folder_watch.FolderGone`, out of ``tuner.fit``). It keeps no
+    state of its own, so one restored with Ray Tune's experiment (a resume, maybe from a
+    moved folder) watches the folder the command runs in
+    (:func:`sweeps.state.folder_watch.watching`)."""
+
+    def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
+        folder_watch.check_current()

@@ -13,7 +13,7 @@ from ray.tune.search import Searcher
 from sweeps.protocol import ROLE_KEY, RUN_KEY, SEED_KEY
 from sweeps.record.book import TrialBook
 from sweeps.spec.loader import Sweep
-from sweeps.tune.callbacks import RuleStopper, TrialEvents, WorkerLogs
+from sweeps.tune.callbacks import RuleStopper, TrialEvents, WatchFolder, WorkerLogs
 from sweeps.tune.progress import ProgressLines
 from sweeps.tune.schedulers import WatchedASHA, WatchedFIFO
 from sweeps.tune.searcher import StabilityAwareSearch, study_storage
@@ -45,7 +45,8 @@ def _trainable(sweep: Sweep) -> Any:
 
 def _run_config(sweep: Sweep, name: str, book: TrialBook, total: int | None,
                 progress: bool, stage: str | None = None) -> tune.RunConfig:
-    callbacks = [WorkerLogs(book), TrialEvents(book)]  # the log is kept before it is named
+    # the log is kept before it is named
+    callbacks = [WorkerLogs(book), TrialEvents(book), WatchFolder()]
     if stage is None and name != "ray":  # "ray": the search; else confirmation
         stage = name
     callbacks += [ProgressLines(book, total, stage=stage)] if progress else []

@@ -40,6 +40,7 @@ from sweeps.results.race import Race, owner_of
 from sweeps.results.warm_start import BEST_ATTR, searched
 from sweeps.spec.loader import Sweep
 from sweeps.spec.space import central_value, contains, optuna_space
+from sweeps.state import folder_watch
 from sweeps.state.layout import STUDY_FILE
 from sweeps.trial.knob_check import sweep_problem
 from sweeps.trial.run import trainer_metrics
@@ -201,7 +202,15 @@ class StabilityAwareSearch(OptunaSearch):
     def suggest(self, trial_id: str) -> dict | str | None:
         """The next trial: a race re-run (one at a time while the search goes on, any
         number after it), else a new search config while :meth:`_search_open`, else None
-        while trials run, else FINISHED."""
+        while trials run, else FINISHED. A study file gone with its results folder is
+        :class:`~sweeps.state.folder_watch.FolderGone`."""
+        try:
+            return self._suggest(trial_id)
+        except OSError:
+            folder_watch.check_current()
+            raise
+
+    def _suggest(self, trial_id: str) -> dict | str | None:
         if trial_id in compat.optuna_search_trials(self):  # asked again after a restore
             return super().suggest(trial_id)
         budget = self.book.sweep.spec.budget
@@ -255,7 +264,15 @@ class StabilityAwareSearch(OptunaSearch):
 
     def tell_outcome(self, rec: TrialRecord) -> None:
         """Tell Optuna a closed trial's real outcome (see the module doc); a re-run of the
-        race tells its candidate's, once that is known (see the class doc)."""
+        race tells its candidate's, once that is known (see the class doc). Nothing when
+        the study file went with its results folder: the next step stops the run."""
+        try:
+            self._tell_outcome(rec)
+        except OSError:
+            if not folder_watch.current_gone():
+                raise
+
+    def _tell_outcome(self, rec: TrialRecord) -> None:
         owner = owner_of(rec.role)
         self._tell_dropped()
         if owner is not None:

@@ -16,6 +16,7 @@ multiplies the prediction by 0 (every gradient there and zero: a dead model).
 """
 
 import os
+import shutil
 import signal
 import sys
 import time
@@ -85,6 +86,8 @@ def train(config, report):
         if step == 5 and t.get("scribble"):  # a trainer writing into its results folder
             with open(t["scribble"], "wb") as fh:
                 fh.write(b"garbage,\x00")
+        if step == t.get("remove_at") and t.get("remove_dir"):  # its results folder, rm -rf
+            shutil.rmtree(t["remove_dir"], ignore_errors=True)
         if t.get("fail") == "raise_late" and step == 5:
             raise ValueError("planted failure at step 5")
         opt.step()
