@@ -203,6 +203,17 @@ def test_malformed_yaml(linreg_dir, capsys, monkeypatch):
     assert "not valid YAML at line" in err
 
 
+def test_a_tab_in_the_yaml_is_named_with_its_fix(linreg_dir, capsys, monkeypatch):
+    """PyYAML's "found character '\\t' that cannot start any token" read as noise; the
+    message says it is a tab and where, and how to replace it."""
+    path = linreg_dir / "tabbed.yaml"
+    path.write_text((linreg_dir / "linreg.yaml").read_text().replace("  lr:", "\tlr:", 1))
+    code, err = _run_cli(linreg_dir, path, capsys, monkeypatch)
+    err = " ".join(err.split())
+    assert code == 2 and "is not valid YAML at line" in err
+    assert "a tab, which YAML does not take there" in err and "replace the tab at line" in err
+
+
 def test_base_config_not_a_mapping(linreg_dir, capsys, monkeypatch):
     (linreg_dir / "linreg_config.yaml").write_text("- just\n- a list\n")
     code, err = _run_cli(linreg_dir, linreg_dir / "linreg.yaml", capsys, monkeypatch)

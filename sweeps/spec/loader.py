@@ -483,8 +483,12 @@ def read_yaml(path: Path, key: str) -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecError(key, f"{path} is not valid YAML{where}: {problem}",
-                        "fix the YAML syntax (indentation, colons, quotes)") from exc
+        fix = "fix the YAML syntax (indentation, colons, quotes)"
+        if "'\\t'" in problem:  # PyYAML's "found character '\t' that cannot start …"
+            problem = "a tab, which YAML does not take there (it indents with spaces only)"
+            fix = (f"replace the tab{where} with spaces (e.g. `expand -t 2 {path.name}`, or "
+                   "your editor's \"convert indentation to spaces\")")
+        raise SpecError(key, f"{path} is not valid YAML{where}: {problem}", fix) from exc
 
 
 def is_json_file(value: Any) -> bool:
