@@ -65,6 +65,9 @@ CASES = {
     "a number YAML kept as text among numbers": (lambda d: d["search_space"].update(
         grad_clip={"type": "categorical", "choices": [0, "5e-1", 1.0]}),
         "search_space.grad_clip", "write it with a dot and a signed exponent (5.0e-1)"),
+    "a quoted number among numbers": (lambda d: d["search_space"].update(
+        grad_clip={"type": "categorical", "choices": [0, "64", 1.0]}),
+        "search_space.grad_clip", "write it without quotes (64)"),
     "true beside 1 as choices": (lambda d: d["search_space"].update(
         lr={"type": "categorical", "choices": [1, True]}), "search_space.lr",
         "use true/false or numbers, not both"),
@@ -176,6 +179,9 @@ CASES = {
     "high: probe with low 0": (lambda d: d["search_space"].update(
         lr={"type": "uniform", "low": 0.0, "high": "probe"}), "search_space.lr.low",
         "low: 1.0e-4"),
+    "a bound that is text": (lambda d: d["search_space"].update(
+        lr={"type": "uniform", "low": 0.0, "high": "abc"}), "search_space.lr.high",
+        "fix: give a value that is a valid number (you gave 'abc';"),
     "low: probe": (lambda d: d["search_space"].update(
         lr={"type": "loguniform", "low": "probe", "high": 1.0}), "search_space.lr.low",
         "high: probe"),

@@ -658,13 +658,32 @@ def off_space_note(sweep: Sweep) -> str | None:
              + ", ".join(f"{k}={near:.4g}" for k, (_, near) in off.items()) + ")"
              if all(near is not None for _, near in off.values()) else
              "the search starts without it (" + "; ".join(
-                 f"{k}: not among its choices" if isinstance(sweep.space[k], Categorical)
-                 else f"{k}: {value!r} is no number (an interpolation counts as text here)"
+                 _why_off(sweep.space[k], value)
                  for k, (value, near) in off.items() if near is None) + ")")
     shown = ", ".join(f"{k}={value!r}" for k, (value, _) in off.items())
     return (f"your base config's {shown} lies off the search space: {start}, and "
             "your base config's own values run on the fresh seeds only, as the reference; "
             "let the range include the value to race it as the search's first trial")
+
+
+def _why_off(knob: Any, value: Any) -> str:
+    """Why a base config's ``value`` is off a knob that has no nearest point: not among
+    its choices, or text where numbers belong (``'64'``, written quoted)."""
+    number = None
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            pass
+    if isinstance(knob, Categorical):
+        if number is not None and any(not isinstance(c, bool) and c == number
+                                      for c in knob.choices if isinstance(c, (int, float))):
+            return (f"{value!r} is text where the choices are numbers: write it as "
+                    f"{value.strip()} in the base config, unquoted")
+        return "not among its choices"
+    if number is not None:
+        return f"{value!r} is text, not a number: write it unquoted in the base config"
+    return f"{value!r} is no number (an interpolation counts as text here)"
 
 
 #: Where relative paths in a sweep file are read: the sweep file's folder, then the folder
@@ -1218,7 +1237,8 @@ def _spec_error(exc: ValidationError, root: str, model: Any) -> SpecError:
     if choice is not None:
         return SpecError(".".join([root, *choice[0]] if root else choice[0]), *choice[1:])
     fix = (err.get("ctx") or {}).get("fix") or _value_fix(model, loc, err.get("input"))
-    wanted = msg.removeprefix("Input should be ")
+    # "a valid number, unable to parse string as a number": what to give is before the comma
+    wanted = msg.removeprefix("Input should be ").split(", unable to")[0]
     if wanted != msg and "fix" not in (err.get("ctx") or {}):  # say what to give first
         fix = f"give a value that is {wanted.rstrip('.')} ({fix})"
     if etype == "list_type" and not isinstance(err.get("input"), (dict, list)):

@@ -169,6 +169,13 @@ class Categorical(_Knob):
                    and not isinstance(c, bool)]
         text = next((c for c in self.choices if isinstance(c, str) and _reads_as_number(c)),
                     None)
+        if numbers and text is not None and "e" not in text.lower():  # quoted: '64'
+            raise PydanticCustomError(
+                "choice_number_text", "'{text}' is text among numbers ({numbers}): it is "
+                "quoted, so the trainer would get the string",
+                {"text": text, "numbers": ", ".join(map(str, numbers[:3])),
+                 "fix": f"write it without quotes ({text.strip()}), or quote every choice "
+                 "if they are names"})
         if numbers and text is not None:
             raise PydanticCustomError(
                 "choice_number_text", "'{text}' is text among numbers ({numbers}): YAML "
