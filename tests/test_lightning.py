@@ -419,6 +419,23 @@ def test_a_trial_in_a_slurm_job_is_one_local_process(monkeypatch):
     assert [r["step"] for r in train_reports(reports)] == [1, 2]
 
 
+def test_no_srun_hint_for_a_trial_on_a_machine_with_slurm(monkeypatch, tmp_path):
+    """Lightning warns that `srun` is available but not used on every trial of a machine
+    with SLURM installed (a hint to prepend `srun` to `sweeps try`); a trial is one
+    process that Ray placed, so the hint is noise there."""
+    import os
+    import warnings
+
+    srun = tmp_path / "srun"
+    srun.write_text("#!/bin/sh\nexit 0\n")
+    srun.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        fit(sweep_config(2), Reports(), Probe, Data())
+    assert not [w for w in seen if "`srun` command is available" in str(w.message)]
+
+
 # --------------------------------------------------------------------------- a real sweep
 
 

@@ -340,14 +340,21 @@ def _checkpoint_of(trainer: pl.Trainer) -> dict[str, Any]:
 @contextmanager
 def _info_logs_off() -> Iterator[None]:
     """Lightning's info lines (devices found, tips, "max_steps reached") off for a trial;
-    its warnings stay."""
+    its warnings stay, but for the hint to launch with ``srun`` on a machine that has it
+    (a trial is one process Ray placed, whether or not SLURM runs the sweep)."""
     log = logging.getLogger("lightning.pytorch")
     level = log.level
     log.setLevel(logging.WARNING)
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=SRUN_HINT)
+            yield
     finally:
         log.setLevel(level)
+
+
+#: The start of Lightning's warning on a machine with SLURM's ``srun`` (``SLURMEnvironment``).
+SRUN_HINT = "The `srun` command is available on your system but is not used"
 
 
 def _is_compiled(trainer: pl.Trainer, pl_module: pl.LightningModule) -> bool:
