@@ -307,9 +307,10 @@ def write_report(folder: Path, name: str | None = None, objectives: list[str] | 
     parts = [
         _header(res, info),
         "<h2 id=pareto>Pareto front</h2>",
-        "<p class=muted>Search trials by status; ringed: the candidates judged on fresh "
-        "seeds (the noise-aware Pareto front first; black: confirmed, red: fragile or not "
-        "confirmed); numbers: their row in pareto.csv.</p>",
+        "<p class=muted>Search trials, coloured by status. Ringed: the candidates judged "
+        "on fresh seeds (a black ring: confirmed; red: fragile or not confirmed). The "
+        "number beside a ring is the candidate's row in pareto.csv, where the members of "
+        "the noise-aware Pareto front come before the other candidates.</p>",
         _images(figs["pareto"], "No search trial has values for two objectives to plot."),
         table(res.pareto[pareto_cols], folder) if len(res.pareto)
         else "<p>No Pareto front: no search trial finished ok.</p>",
