@@ -498,6 +498,8 @@ def print_selection(outcome) -> None:
     tie = chosen.base_tie()
     if tie:
         console.print(f"note: {tie}")
+    for note in getattr(outcome, "notes", []):
+        console.print(f"note: {note}")
     for warning in outcome.warnings:
         console.print(flagged("WARNING", f": {warning}"))
 

@@ -18,6 +18,7 @@ from sweeps.protocol import SEARCH, probe_role
 from sweeps.record.book import TrialBook, TrialRecord, books_of, open_book
 from sweeps.results import confirm as confirmation
 from sweeps.results import warm_start
+from sweeps.results.asha_decay import cut_before_decay
 from sweeps.results.files import (
     fallback_warning,
     trials_frame,
@@ -61,6 +62,8 @@ class SweepOutcome:
     warnings: list[str] = field(default_factory=list)
     tracking: str | None = None  # where MLflow has the sweep, or None when tracking failed
     tracking_error: str | None = None
+    #: What the run shows about how it searched (:mod:`sweeps.results.asha_decay`).
+    notes: list[str] = field(default_factory=list)
 
 
 def archive_previous(out: Path) -> Path | None:
@@ -453,4 +456,5 @@ def write_outputs(sweep: Sweep, book: TrialBook, front: list[TrialRecord],
                             chosen.baseline_warning(sweep.quality_baseline)] if w]
     warnings += fallback_lines(book) + warning_lines(book) + unseeded_lines(book)
     return SweepOutcome(sweep, book, front, chosen, paths, trials, pareto, report, warnings,
-                        tracking=tracked, tracking_error=error)
+                        tracking=tracked, tracking_error=error,
+                        notes=[n for n in [cut_before_decay(book)] if n])
