@@ -658,7 +658,7 @@ def off_space_note(sweep: Sweep) -> str | None:
              + ", ".join(f"{k}={near:.4g}" for k, (_, near) in off.items()) + ")"
              if all(near is not None for _, near in off.values()) else
              "the search starts without it (" + "; ".join(
-                 _why_off(sweep.space[k], value)
+                 f"{k}: {_why_off(sweep.space[k], value)}"
                  for k, (value, near) in off.items() if near is None) + ")")
     shown = ", ".join(f"{k}={value!r}" for k, (value, _) in off.items())
     return (f"your base config's {shown} lies off the search space: {start}, and "

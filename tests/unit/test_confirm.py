@@ -428,10 +428,10 @@ def test_a_base_config_off_the_range_starts_the_search_at_the_nearest_point(
     choice = load_linreg(tmp_path / "cat", search_space={
         "lr": {"type": "categorical", "choices": [0.01, 0.1]}}, train={"lr": 0.5})
     assert nearest_base_point(choice) is None
-    assert any("starts without it (not among its choices)" in n for n in choice.notes)
+    assert any("starts without it (lr: not among its choices)" in n for n in choice.notes)
     quoted = load_linreg(tmp_path / "quoted", search_space={
         "lr": {"type": "categorical", "choices": [0.01, 0.1]}}, train={"lr": "0.1"})
-    assert any("'0.1' is text where the choices are numbers: write it as 0.1 in the base "
+    assert any("lr: '0.1' is text where the choices are numbers: write it as 0.1 in the base "
                "config, unquoted" in n for n in quoted.notes)
 
 
