@@ -116,3 +116,15 @@ def test_an_unseeded_trainer_is_told_by_a_probe_that_started_elsewhere(linreg_di
     line = " ".join(unseeded_lines(book))
     assert "trial cand and its LR probe other ran seed 0 and started at different losses" in line
     assert "torch.manual_seed(config['sweep']['seed'])" in line
+
+
+def test_absent_gradients_name_a_detached_output_as_well_as_the_call_order():
+    """A model whose output was detached before the loss has no gradient on any parameter,
+    as a measure after zero_grad(): the message told a user whose calls were in order only
+    to move them."""
+    from sweeps.trial.wiring import zero_norm_cause
+
+    problem, fix = zero_norm_cause([{"grad_norm": 0.0, "dead_params": 4.0,
+                                     "grads_absent": 1.0}])
+    assert ".detach()ed" in problem and "after optimizer.zero_grad()" in problem
+    assert "without detaching it" in fix

@@ -26,11 +26,13 @@ from typing import Any
 #: Reports carrying ``grad_norm`` that must all be 0 before it is called unmeasured.
 ZERO_REPORTS = 5
 
-ZERO_GRAD_NORM_PROBLEM = ("grad_norm was 0 on every report: Monitor.measure runs when there "
-                          "is no gradient (after optimizer.zero_grad(), or before "
-                          "loss.backward())")
+ZERO_GRAD_NORM_PROBLEM = ("grad_norm was 0 on every report: no parameter had a gradient when "
+                          "Monitor.measure ran (it runs after optimizer.zero_grad() or before "
+                          "loss.backward(), or the loss reaches no parameter: an output "
+                          ".detach()ed, a forward under torch.no_grad())")
 ZERO_GRAD_NORM_FIX = ("call monitor.measure after loss.backward(), before clipping and "
-                      "optimizer.zero_grad()")
+                      "optimizer.zero_grad(); if it is there, build the loss from the "
+                      "model's output without detaching it")
 ZERO_GRAD_NORM = f"{ZERO_GRAD_NORM_PROBLEM}: {ZERO_GRAD_NORM_FIX}"
 DEAD_MODEL_PROBLEM = ("grad_norm was 0 on every report, with a gradient on the parameters "
                       "each time: the model is dead, its loss does not reach its parameters "
