@@ -145,6 +145,7 @@ def test_a_config_proved_fragile_counts_once_as_unstable(tmp_path: Path) -> None
         system_attrs={"constraints:stability": 1.0}))
     found = stability(study)
     assert (found["trials"], found["stable"], found["unstable"]) == (4, 3, 1)
+    assert found["fragile"] == 1  # the report says so beside the count
 
 
 def test_all_ok_and_too_few_say_why(tmp_path: Path) -> None:

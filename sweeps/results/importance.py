@@ -110,7 +110,8 @@ def stability(study: optuna.Study) -> dict[str, Any]:
     trial that finished (ok, unstable, crashed, pruned; a pruned trial the rules diagnosed
     counts as unstable, as the sampler was told). A config that proved fragile on a fresh
     seed counts once, as unstable: the study holds it twice (its search trial, told
-    before the fresh seed, and the infeasible trial added at the same point)."""
+    before the fresh seed, and the infeasible trial added at the same point); ``fragile``
+    counts those among the unstable, as the race judged them when it told the sampler."""
     done = [t for t in study.get_trials(deepcopy=False,
                                         states=(TrialState.COMPLETE, TrialState.PRUNED))
             if CONSTRAINT in t.constraints]
@@ -118,8 +119,10 @@ def stability(study: optuna.Study) -> dict[str, Any]:
     done = [t for t in done if t.number not in retold]
     bad = [float(t.constraints[CONSTRAINT] > 0) for t in done]
     stable, unstable = len(bad) - int(sum(bad)), int(sum(bad))
+    fragile = sum(1 for t in done if t.constraints[CONSTRAINT] > 0
+                  and t.user_attrs.get("status") == "fragile")
     out: dict[str, Any] = {"trials": len(done), "stable": stable, "unstable": unstable,
-                           "importances": {}, "note": ""}
+                           "fragile": fragile, "importances": {}, "note": ""}
     if not unstable:
         out["note"] = "no trial was unstable: nothing sets stable trials apart"
     elif not stable:

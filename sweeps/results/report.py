@@ -235,6 +235,8 @@ def _importance_html(imp: dict[str, Any]) -> str:
     for key, target in targets.items():
         counted = f"{target['trials']} trials" + (
             f": {target['stable']} stable, {target['unstable']} unstable"
+            + (f" ({target['fragile']} of them fragile on a fresh seed, as the race judged "
+               "them when it told the sampler)" if target.get("fragile") else "")
             if key == "stability" else " finished ok")
         note = f" — {target['note']}" if target["note"] else ""
         lines.append(f"{e(heads[key])}: {e(counted)}{e(note)}")
