@@ -58,10 +58,15 @@ def test_try_says_what_the_sweep_would_warn_of_a_run_that_ended_ok(linreg_dir, c
     assert "stale_quality: val_loss was last reported at step 30 of 35" in out
 
 
-def test_try_rejects_an_unknown_knob(linreg_dir, capsys, monkeypatch):
+def test_try_adds_an_unknown_top_level_key_with_a_note_that_it_is_no_knob(
+        linreg_dir, capsys, monkeypatch):
+    """A top-level key is a config path like a dotted one (a trainer switch such as
+    bug=shuffle); the note says it is not a knob, so a name the trainer never reads shows."""
     monkeypatch.chdir(linreg_dir)
-    assert main(["try", "linreg.yaml", "--set", "momentum=0.9"]) == 2
-    assert "--set momentum" in capsys.readouterr().err
+    assert main(["try", "linreg.yaml", "--set", "momentum=0.9", "--steps", "5"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "note: momentum is not in the base config: added for this try as a top-level " \
+        "key, not a knob (the knobs: lr)" in out
 
 
 @pytest.mark.parametrize(("pair", "says"), [
@@ -99,6 +104,11 @@ def test_try_notes_a_set_path_the_base_config_lacks(linreg_dir, capsys, monkeypa
     out = " ".join(capsys.readouterr().out.split())
     assert ("note: train.stesp is not in the base config: added for this try (did you mean "
             "train.steps=30?)") in out
+    # a top-level key is a config path too; only a near-miss of a knob's name is refused
+    assert main(["try", "linreg.yaml", "--set", "lr=0.05", "--set", "bug=shuffle",
+                 "--steps", "10"]) == 0
+    assert "note: bug is not in the base config: added for this try as a top-level" in \
+        " ".join(capsys.readouterr().out.split())
 
 
 def test_try_names_an_objective_metric_the_trainer_never_reports(linreg_dir, capsys,

@@ -73,11 +73,11 @@ def try_values(sweep: Sweep, sets: dict[str, Any]) -> dict[str, Any]:
         elif key in knob_at:  # a knob's own path (opt.lr): the knob, or it would overwrite it
             check_knob_value(sweep, knob_at[key], value)
             values[knob_at[key]] = value
-        elif key not in sweep.write_back_paths.values() and "." not in key:
-            near = difflib.get_close_matches(key, list(sweep.space), n=1)
-            fix = f"did you mean {near[0]}={_shown(value)}?" if near else \
-                f"use one of {', '.join(sweep.space)}, or a dotted path of your config"
-            raise SpecError(f"--set {key}", "is neither a knob nor a dotted config path", fix)
+        elif key not in sweep.write_back_paths.values() and "." not in key and (
+                near := difflib.get_close_matches(key, list(sweep.space), n=1)):
+            # a knob's typo (lrr): a top-level key of that name would tune nothing
+            raise SpecError(f"--set {key}", "is neither a knob nor a config path",
+                            f"did you mean {near[0]}={_shown(value)}?")
         else:
             _check_config_value(sweep, key, value)
     return values
@@ -92,12 +92,14 @@ def new_path_notes(sweep: Sweep, sets: dict[str, Any]) -> list[str]:
     read it with a default), and a typo would set a key the trainer never reads."""
     notes = []
     for path, value in sets.items():
-        if path in sweep.space or path in sweep.write_back_paths.values() or "." not in path \
+        if path in sweep.space or path in sweep.write_back_paths.values() \
                 or not sweep.base_config or get_path(sweep.base_config, path, None) is not None:
             continue
         near = difflib.get_close_matches(path, leaf_paths(sweep.base_config), n=1,
                                          cutoff=0.8)
-        notes.append(f"{path} is not in the base config: added for this try"
+        top = "" if "." in path else \
+            f" as a top-level key, not a knob (the knobs: {', '.join(sweep.space)})"
+        notes.append(f"{path} is not in the base config: added for this try{top}"
                      + (f" (did you mean {near[0]}={_shown(value)}?)" if near else ""))
     return notes
 
