@@ -16,9 +16,8 @@ search runs, from the same workers and the same ``budget.total_steps``:
   unstable seed, or a quality gap past ``confirm.tolerance``, drops it at once.
 - **When.** While the search goes on, screens only, one at a time: the base config's,
   and the leader's challenger (the best search trial not screened yet, when it is the
-  best by its estimate, ahead of the base config's, and ahead of the best screened
-  contender by more than the seeds' spread), as SMAC races challengers against its
-  incumbent. Once any
+  best by its estimate and ahead of the base config's), as SMAC races challengers
+  against its incumbent. Once any
   config failed a fresh seed (the seeds disagree: a region is fragile), every contender
   is screened, so a fragile config is caught while there is budget to search elsewhere;
   where the seeds agree the evidence goes to the config that is handed over, and most
@@ -149,10 +148,7 @@ class Race:
         once the seeds disagreed (:meth:`disagreed`), else the base config and the best
         search trial by its estimate (the leader, or its challenger) when it is ahead of
         the base config's estimate: a config that trails what the user already has is
-        not handed over, so it earns no fresh seed while the search goes on; nor does a
-        challenger whose lead over the best screened contender is within the seeds'
-        spread (:meth:`_within_noise`): the search would likely overtake it or it would
-        trail on a fresh seed, and one still leading at the end is settled then."""
+        not handed over, so it earns no fresh seed while the search goes on."""
         ranked = self.by_estimate()
         if self.disagreed():
             return ranked
@@ -162,28 +158,7 @@ class Race:
         if found and base is not None and base.trial_id in ids and \
                 ids.index(base.trial_id) < ids.index(found[0].trial_id):
             found = []  # the base config leads: nothing challenges it yet
-        if found and not raced(self.book, found[0]) and self._within_noise(found[0], ranked):
-            found = []  # its lead over a screened config is within the seeds' spread
         return [r for r in ranked if r is base or (found and r is found[0])]
-
-    def _within_noise(self, rec: TrialRecord, ranked: list[TrialRecord]) -> bool:
-        """Whether ``rec`` (not screened) leads the best screened contender by no more
-        than the median gap between a screened config's search seed and its fresh seeds."""
-        screened = [r for r in ranked if raced(self.book, r) and r is not rec]
-        gaps = []
-        for r in screened:
-            judged = self.judge(r)
-            if judged.search.quality is None:
-                continue
-            gaps += [abs(q - judged.search.quality) for q in judged.fresh_quality.values()]
-        if not screened or not gaps:
-            return False
-        noise = sorted(gaps)[len(gaps) // 2]
-        mine, theirs = self.judge(rec).estimate, self.judge(screened[0]).estimate
-        if mine is None or theirs is None:
-            return False
-        sign = 1.0 if self.sweep.objectives[0].mode == "min" else -1.0
-        return sign * (theirs - mine) <= noise
 
     def wants(self, rec: TrialRecord) -> bool:
         """Whether a finished search trial is screened now (its tell to Optuna waits for
