@@ -37,7 +37,7 @@ from sweeps.errors import SpecError
 from sweeps.protocol import CRASH, OK, PRUNED, SEARCH, UNSTABLE
 from sweeps.record.objectives import gap_scale, metric_value, quality_gap, series
 from sweeps.rules._history import finite_num, newest_finite
-from sweeps.rules.flat_at_baseline import LABEL_LOOKBACK, label_guess
+from sweeps.rules.flat_at_baseline import label_guess
 from sweeps.rules.settings import RuleSettings
 from sweeps.state import saved_sweep
 from sweeps.state import seal as state_seal
@@ -252,20 +252,16 @@ def random_guesses(sweep: Sweep, history: Sequence[Mapping[str, Any]]
     (:func:`~sweeps.rules.flat_at_baseline.label_guess`): ``label_entropy`` for the loss
     and a ``min`` objective with no ``baseline`` of its own, ``label_majority`` for a
     ``max`` objective's baseline in [0, 1] below it."""
-    first = max(0, len(history) - LABEL_LOOKBACK)
-    entropy = newest_finite(history, "label_entropy", first, 1)
-    majority = newest_finite(history, "label_majority", first, 1)
-    loss = sweep.spec.rules.baseline_loss
-    if entropy and entropy[0] > 0 and (loss is None or entropy[0] < loss):
-        loss = entropy[0]
+    loss = label_guess(history, RuleSettings(baseline_loss=sweep.spec.rules.baseline_loss)
+                       ).baseline_loss
     out: list[tuple[str, str, float]] = []
     for i, objective in enumerate(sweep.objectives):
         guess = objective.baseline
         if guess is None and i == 0 and objective.mode == "min":
             guess = loss
-        if guess is not None and objective.mode == "max" and majority and \
-                0 <= guess < majority[0] <= 1:
-            guess = majority[0]
+        if guess is not None and objective.mode == "max":
+            guess = label_guess(history, RuleSettings(quality_mode="max",
+                                                      quality_baseline=guess)).quality_baseline
         if guess is not None:
             out.append((objective.metric, objective.mode, guess))
     if loss is not None:
