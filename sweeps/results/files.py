@@ -185,7 +185,7 @@ def _confirmation_text(sweep: Sweep, conf: Confirmation) -> str:
         if conf.lr_sensitivity is not None and math.isfinite(conf.lr_sensitivity):
             text += f" (LR sensitivity {conf.lr_sensitivity:+.3g})"
         text += f"; margin {conf.margin}"
-        if conf.margin.startswith("narrow") and conf.planned > sweep.spec.confirm.seeds:
+        if conf.narrow and conf.planned > sweep.spec.confirm.seeds:
             text += (f": held on {conf.planned} fresh seeds instead of "
                      f"{sweep.spec.confirm.seeds} (confirm.narrow_seeds)")
     return text

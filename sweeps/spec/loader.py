@@ -195,11 +195,12 @@ class Confirm(_Strict):
                        "re-run on the same seeds after the search), so the handed-over "
                        "configs are compared with what the user had")
     narrow_seeds: int = Field(
-        default=4, ge=0, le=100, description="fresh seeds a config whose LR probe failed (a narrow "
-        "margin) must hold on, instead of confirm.seeds")
+        default=4, ge=0, le=100, description="fresh seeds a config whose LR probe found a "
+        "narrow margin (it failed, or held but gave up more than confirm.tolerance of the "
+        "config's gain) must hold on, instead of confirm.seeds")
     require_margin: bool = Field(
-        default=False, description="a config whose LR probe failed is fragile (true), "
-        "instead of racing on confirm.narrow_seeds fresh seeds (false)")
+        default=False, description="a config whose LR probe found a narrow margin is "
+        "fragile (true), instead of racing on confirm.narrow_seeds fresh seeds (false)")
 
 
 class Resources(_Strict):

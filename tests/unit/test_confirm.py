@@ -125,6 +125,27 @@ def test_a_failed_probe_asks_for_more_seeds_not_a_veto(tmp_path: Path) -> None:
     assert conf.verdict == "fragile" and conf.fragile_reason == "LR probe unstable: crash @ 3"
 
 
+def test_a_probe_that_held_but_gave_up_its_gain_is_a_narrow_margin(tmp_path: Path) -> None:
+    """At LR x 2 the run held but lost 40 % of the candidate's gain over the random guess
+    (1.0) at the same step: near an edge, so it races on confirm.narrow_seeds; a probe
+    that lost less than the tolerance (20 %) leaves the margin wide."""
+    sweep = _sweep(tmp_path, narrow_seeds=4)
+    cand = rec("c", val_loss=0.10)
+    far = _rerun("c", 0, 0.46, kind="probe")
+    conf = _judged(sweep, cand, _rerun("c", 1, 0.1), _rerun("c", 2, 0.1), far)
+    assert conf.probe_loss == pytest.approx(0.4)
+    assert conf.margin == "narrow (held, but 40% of its gain lost @ 10)" and conf.narrow
+    assert conf.verdict == "incomplete" and conf.planned == 4
+    assert [r[SEED_KEY] for r in ladder(sweep, book_of(sweep, cand, far), cand)] == [1, 2, 3, 4]
+    near = _judged(sweep, cand, _rerun("c", 1, 0.1), _rerun("c", 2, 0.1),
+                   _rerun("c", 0, 0.19, kind="probe"))
+    assert near.margin == "wide" and near.planned == 2 and near.verdict == "confirmed"
+    strict = _sweep(tmp_path / "strict", require_margin=True)
+    conf = _judged(strict, cand, _rerun("c", 1, 0.1), _rerun("c", 2, 0.1), far)
+    assert conf.verdict == "fragile"
+    assert conf.fragile_reason == "LR probe: margin narrow (held, but 40% of its gain lost @ 10)"
+
+
 def test_seed_gap_beyond_tolerance_is_fragile(tmp_path: Path) -> None:
     sweep = _sweep(tmp_path)
     cand = rec("c", val_loss=0.10)
