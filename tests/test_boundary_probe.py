@@ -191,3 +191,24 @@ def test_set_holds_a_knob_at_its_value_in_every_probe_run(linreg_dir, capsys):
     assert run_cli_in(linreg_dir, *base, "--set", "crash_above=1e-4") == 1
     assert "crash" in capsys.readouterr().err
     assert run_cli_in(linreg_dir, *base) == 0
+
+
+def test_a_probe_around_a_hand_over_starts_at_its_lr_and_says_what_it_held(linreg_dir,
+                                                                          capsys):
+    """A hand-over's ``# knobs:`` line copied whole into ``--set`` holds its lr too: the
+    probe starts its bracket there (the grid still refuses it), and boundary.md opens with
+    the values every run had, so it reads apart from a probe around the base config."""
+    edit_linreg(linreg_dir, search_space={"wd": {"type": "uniform", "low": 0.0, "high": 0.1}},
+                write_back={"wd": "train.wd"}, train={"wd": 0.0})
+    base = ("stability", "linreg.yaml", "--param", "lr", "--probe", "--seeds", "1",
+            "--no-preflight", "--no-sharpness")
+    assert run_cli_in(linreg_dir, *base, "--set", "lr=0.0123", "--set", "wd=0.05") == 0
+    err = capsys.readouterr().err
+    assert err.splitlines()[0].startswith("probe lr=0.0123 seed 0:")
+    text = (linreg_dir / "results" / "linreg" / "stability" / "boundary.md").read_text()
+    assert "Every run: wd=0.05 (--set wd, the rest the base config's); the bracket started " \
+        "at lr=0.0123 (--set)" in text
+    assert run_cli_in(linreg_dir, *base) == 0
+    text = (linreg_dir / "results" / "linreg" / "stability" / "boundary.md").read_text()
+    assert "Every run: wd=0 (the base config's); the bracket started at lr=0.1 (the base " \
+        "config's)" in text

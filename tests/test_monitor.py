@@ -81,6 +81,22 @@ def test_non_finite_grads_are_counted_and_dead_params_found():
     assert "lr" not in metrics
 
 
+def test_parameters_the_optimizer_holds_frozen_are_counted():
+    """A backbone frozen by accident (``requires_grad_(False)``, still in the optimizer):
+    ``dead_params`` counts trainable parameters only, so it read 0 on every report."""
+    backbone, head = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+    model = torch.nn.Sequential(backbone, torch.nn.ReLU(), head)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    backbone.requires_grad_(False)
+    monitor = Monitor(model, opt)
+    model(torch.ones(2, 4)).sum().backward()
+    metrics = monitor.measure()
+    assert metrics["frozen_params"] == 2 and metrics["dead_params"] == 0
+    meant = Monitor(model, torch.optim.SGD(head.parameters(), lr=0.1))  # frozen on purpose
+    assert "frozen_params" not in meant.measure()
+    assert "frozen_params" not in Monitor(model).measure(), "no optimizer: nothing to tell"
+
+
 def test_class_labels_get_no_collapse_spread():
     model = torch.nn.Linear(4, 10)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -196,6 +196,8 @@ def test_jobs_status_logs_and_list(cluster, submitted, capsys):
     assert main(["jobs", "status", job_id, "--address", cluster]) == 0
     out = capsys.readouterr().out
     assert f"{job_id}: SUCCEEDED" in out and "sweep: linreg" in out
+    assert re.search(r"results:[^:]*/linreg(message|command):", "".join(out.split())), \
+        "the sweep's own results folder, as submit said, not the root"
     assert main(["jobs", "logs", job_id, "--address", cluster]) == 0
     assert "python -m sweeps run exp/linreg.yaml" in capsys.readouterr().out
     assert main(["jobs", "list", "--address", cluster]) == 0

@@ -191,6 +191,12 @@ def test_summary_is_plain_json(tmp_path: Path) -> None:
     assert info["front"][1]["lr_sensitivity"] == "inf"
     assert info["best_yaml"] == str(tmp_path / "demo" / "stable" / "rank-01-a1.yaml")
     assert info["knobs"] == list(KNOBS)
+    assert info["objectives"][0] == {"metric": "val_loss", "mode": "min"}
+    spec = yaml.safe_load((tmp_path / "demo" / "sweep.yaml").read_text())
+    spec["objectives"][0]["baseline"] = 1.0  # a declared random guess is kept
+    (tmp_path / "demo" / "sweep.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    assert summary(tmp_path / "demo")["objectives"][0] == {"metric": "val_loss", "mode": "min",
+                                                           "baseline": 1.0}
 
 
 def test_sweeps_report_reads_and_summarises_the_folder_once(tmp_path: Path, monkeypatch,

@@ -252,6 +252,19 @@ def test_a_per_epoch_decay_stepped_per_batch_vanishes():
     assert verdict.evidence["vanished_at_step"] == 132 and verdict.step == 265
 
 
+def test_a_step_decay_stepped_per_batch_reaches_zero_and_says_why():
+    """``StepLR(step_size=2, gamma=0.5)`` meant per epoch, stepped per batch: the LR halves
+    every 2 steps and is under 1e-12 at step 72, before ``vanished_lr`` could call it. It
+    is ``zero_lr`` there, and the hint names the compounding schedule, not an abrupt drop."""
+    history = lrs(torch_lrs(lambda o: sched.StepLR(o, step_size=2, gamma=0.5), 100, lr=0.05))
+    verdict = first_firing(history)
+    assert verdict.evidence["kind"] == "zero_lr" and verdict.step == 72
+    assert "the LR fell from 0.05 to 7.28e-13 by step 72" in verdict.evidence["hint"]
+    assert "StepLR or ExponentialLR stepped per batch" in verdict.evidence["hint"]
+    abrupt = first_firing(lrs([0.1] * 30 + [0.0] * 5))
+    assert abrupt.evidence["kind"] == "zero_lr" and "hint" not in abrupt.evidence
+
+
 def test_a_warmup_stepped_per_epoch_is_still_rising_at_the_end_and_says_so(linreg_dir):
     """``scheduler.step()`` once per epoch of 40 steps under a 48-step warmup: the LR
     rises all run and ends at an eighth of the sampled lr; with epochs longer than the

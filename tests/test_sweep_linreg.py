@@ -196,7 +196,8 @@ def test_a_config_stable_only_on_a_lucky_seed_does_not_reach_stable(linreg_dir, 
     assert not list((out / "stable").glob("*.yaml")), "no lucky-seed config is written"
     trials = _trials(out)
     assert (trials[trials["role"] == "search"]["status"] == "ok").all()
-    assert "(none: no candidate held on every fresh seed)" in capsys.readouterr().out
+    assert "No stable config written: no candidate held on every fresh seed" in \
+        capsys.readouterr().out
 
 
 def test_a_sweep_where_every_trial_sat_at_the_guess_says_what_to_check(linreg_dir,
@@ -212,8 +213,8 @@ def test_a_sweep_where_every_trial_sat_at_the_guess_says_what_to_check(linreg_di
     trials = _trials(linreg_dir / "results" / "nothing-learnt")
     assert (trials[trials["role"] == "search"]["reason"] == "flat_at_baseline").all()
     out = capsys.readouterr().out
-    assert "(none: no search trial ended ok (2 flat_at_baseline); every one sat at the " \
-           "random guess" in " ".join(out.split())
+    assert "No stable config written: no search trial ended ok (2 flat_at_baseline); every " \
+           "one sat at the random guess" in " ".join(out.split())
     assert "labels reach the loss" in " ".join(out.split())
 
 

@@ -4,6 +4,8 @@ trainer's own clip, a step reported once per micro-batch."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from sweeps.commands.cli import main
@@ -38,6 +40,10 @@ def test_each_wiring_warning_comes_once_on_the_report_where_it_shows():
               {"step": 3, "grad_norm": 1.0, "zeroed_grads": 1.0}]
     assert _given(zeroed) == ["every gradient was zero at optimizer.step() although Monitor "
                               "measured them @ 2"]
+    frozen = [{"step": s, "grad_norm": 1.0, "frozen_params": 16.0} for s in range(1, 5)]
+    assert _given(frozen) == ["16 parameter tensor(s) the optimizer holds have "
+                              "requires_grad=False, so they never train (a backbone frozen "
+                              "by accident?) @ 1"]
 
 
 def test_try_names_a_gradient_measured_after_zero_grad(linreg_dir, capsys, monkeypatch):
@@ -76,8 +82,10 @@ def test_a_sweep_whose_gradients_are_never_measured_stops_and_exits_2(linreg_dir
     assert main(["run", "linreg.yaml", "--quiet"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "error: trainer: " in err and "search trials: grad_norm was 0 on every report" in err
-    ran = list((linreg_dir / "results" / "unmeasured" / "trials").glob("*.jsonl"))
-    assert len(ran) < 8, "no further trial started once two showed it"
+    ran = re.search(r"results folder was removed \((\d+) trial\(s\) had run", err)
+    assert ran is not None and int(ran.group(1)) < 8, "no further trial started once two " \
+        "showed it"
+    assert not (linreg_dir / "results" / "unmeasured").exists(), "nothing of it is kept"
 
 
 @pytest.mark.slow

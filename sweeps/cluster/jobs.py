@@ -333,9 +333,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     status = str(info.status.value)
     console.print(f"{args.job}: {status}")
     meta = info.metadata or {}
+    storage, name = meta.get("sweeps.storage"), meta.get("sweeps.sweep")
+    results = f"{str(storage).rstrip('/')}/{name}" if storage and name else storage
     rows: list[tuple[str, Any]] = [
-        ("sweep", meta.get("sweeps.sweep")), ("file", meta.get("sweeps.file")),
-        ("results", meta.get("sweeps.storage")), ("message", info.message),
+        ("sweep", name), ("file", meta.get("sweeps.file")),
+        ("results", results), ("message", info.message),
         ("command", info.entrypoint), ("started", _when(info.start_time)),
         ("ended", _when(info.end_time)), ("duration", _duration(info.start_time, info.end_time)),
         ("driver exit code", getattr(info, "driver_exit_code", None)),

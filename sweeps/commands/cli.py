@@ -56,8 +56,10 @@ def _none_held(book: Any, chosen: Any) -> str:
         return "no search trial learnt enough to race on a fresh seed"
     why = Counter(r.reason or (r.diagnosis or {}).get("reason") or r.status for r in search)
     text = "no search trial ended ok (" + ", ".join(f"{n} {k}" for k, n in why.most_common()) + ")"
-    if search and set(why) == {"flat_at_baseline"}:
-        text += ("; every one sat at the random guess, so nothing was learnt at any setting: "
+    flat = why.get("flat_at_baseline", 0)
+    if search and 2 * flat >= len(search):  # the rest cut or stopped before they could show
+        every = "every one" if flat == len(search) else f"{flat} of {len(search)}"
+        text += (f"; {every} sat at the random guess, so nothing was learnt at any setting: "
                  "check that the labels reach the loss and belong to their inputs, and that "
                  "rules.baseline_loss is the random guess of your data")
     return text
@@ -471,11 +473,12 @@ def print_selection(outcome) -> None:
     kind = "confirmed" if any(c.confirmed for c in chosen.handed_over) or \
         not outcome.stable_paths else "UNCONFIRMED"
     paired = any(c.shared_mean is not None for c in chosen.handed_over)
-    console.print(f"{len(outcome.stable_paths)} {kind} stable config(s) written, best first "
-                  f"(mean {metric} over fresh seeds"
-                  + (", ranked on the fresh seeds every one of them ran" if paired else "")
-                  + "; worst seed of every seed run, the search's included unless it was cut "
-                  "short):")
+    if outcome.stable_paths:
+        console.print(f"{len(outcome.stable_paths)} {kind} stable config(s) written, best "
+                      f"first (mean {metric} over fresh seeds"
+                      + (", ranked on the fresh seeds every one of them ran" if paired else "")
+                      + "; worst seed of every seed run, the search's included unless it was "
+                      "cut short):")
     for conf, path in zip(chosen.handed_over, outcome.stable_paths, strict=False):
         mean = "-" if conf.mean is None else f"{conf.mean:.4g}"
         if conf.shared_mean is not None:
@@ -486,11 +489,11 @@ def print_selection(outcome) -> None:
                if conf.trial_id == chosen.base_id else "")
         console.print(f"  {path}  ({metric} mean {mean}, worst seed {worst}{own})")
     if not outcome.stable_paths:
-        console.print(f"  (none: {_none_held(outcome.book, chosen)})")
+        console.print(f"No stable config written: {_none_held(outcome.book, chosen)}")
     if chosen.base is not None and chosen.base.mean is not None:
         console.print(f"base config: {chosen.base.summary()}")
     unjudged_base = chosen.base.not_compared() if chosen.base is not None else None
-    if unjudged_base and chosen.base_id not in judged:
+    if unjudged_base and chosen.base_id not in judged and outcome.stable_paths:
         console.print(f"note: {unjudged_base} (trial {chosen.base_id}, the search's first; "
                       "`sweeps try FILE` shows why)")
     if chosen.base_line():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -141,8 +142,29 @@ def run_sweep(sweep: Sweep, *, address: str | None = None, progress: bool = True
             warm = warm_start.load(warm_from, sweep)
             warm_start.seed_study(sweep, warm, study_storage(sweep))
             echo_stderr(warm.line())
-        return _execute(sweep, address=address, progress=progress, tracking_uri=tracking_uri,
-                        resume=False)
+        try:
+            return _execute(sweep, address=address, progress=progress,
+                            tracking_uri=tracking_uri, resume=False)
+        except SpecError:  # bad input only trials could show: nothing of the run is kept
+            discard_run(sweep.output_dir, moved)
+            raise
+
+
+def discard_run(out: Path, moved: Path | None) -> None:
+    """Remove what a run that ended on bad input wrote (a trainer that never reports an
+    objective is found only once trials ran), and put back the earlier results it had
+    moved aside (``moved``), so the folder is as it was before the command."""
+    ran = len(list((out / "trials").glob("*.jsonl")))
+    shutil.rmtree(out, ignore_errors=True)
+    back = ""
+    if moved is not None and not out.exists():
+        try:
+            moved.rename(out)
+            back = f"; the earlier results are back in {out}"
+        except OSError:
+            back = f"; the earlier results stay in {moved}"
+    echo_stderr(f"note: this run's results folder was removed ({ran} trial(s) had run; "
+                f"`sweeps try FILE` runs one and shows what it reports){back}")
 
 
 def resume_sweep(folder: Path, *, address: str | None = None, progress: bool = True,

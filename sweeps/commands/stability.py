@@ -105,13 +105,14 @@ def check_grid(sweep: Sweep, param: str, values: list[Any],
         _check_knob(sweep, second[0], second[1], "--and")
 
 
-def held_knobs(sweep: Sweep, pairs: Sequence[str], param: str, crossed: str | None
-               ) -> dict[str, Any]:
+def held_knobs(sweep: Sweep, pairs: Sequence[str], param: str, crossed: str | None,
+               probing: bool = False) -> dict[str, Any]:
     """``sweeps stability --set KNOB=VALUE``: knobs held at a value in every run (a
     hand-over's, say) instead of the base config's; only knobs of the space, and not the
-    ones the grid or probe varies (exit 2)."""
+    ones the grid or probe varies (exit 2). With ``probing``, ``--set`` of the probed knob
+    is where the probe starts (a hand-over's ``# knobs:`` line copied whole)."""
     sets = parse_sets(pairs)
-    varied = {param, (crossed or "").partition("=")[0].strip()}
+    varied = {param if not probing else "", (crossed or "").partition("=")[0].strip()}
     for key in sets:
         if key not in sweep.space:
             raise SpecError(f"--set {key}", "is not a knob of the search space (stability "
@@ -276,8 +277,9 @@ def run_probe(sweep: Sweep, param: str, rng: tuple[float, float], *, seeds: int 
         raise SpecError("--seeds", f"{seeds} is below 1", "give e.g. --seeds 3")
     base = try_values(sweep, dict(fixed or {}))
     start = base.get(param)
+    origin = "--set" if param in (fixed or {}) else "the base config's"
     if not isinstance(start, (int, float)) or isinstance(start, bool) or not start > 0:
-        start = math.sqrt(rng[0] * rng[1])
+        start, origin = math.sqrt(rng[0] * rng[1]), "the middle of the range"
     prepare_process(sweep, int(sweep.spec.resources.cpu), shared_cache=False)
     say = echo or (lambda line: None)
     seed_list = [sweep.spec.seed + i for i in range(seeds)]
@@ -285,7 +287,7 @@ def run_probe(sweep: Sweep, param: str, rng: tuple[float, float], *, seeds: int 
         if predict and param == "lr" else (None, None)
     if predicted is not None:
         say(predicted.line(param))
-        start = predicted.predicted
+        start, origin = predicted.predicted, "predicted from the sharpness"
     elif note:
         say(note)
 
@@ -315,10 +317,26 @@ def run_probe(sweep: Sweep, param: str, rng: tuple[float, float], *, seeds: int 
                 verify_steps)
         if write:
             md = [f"# Stability boundary of {sweep.name} in {param}", "",
+                  held_line(sweep, base, param, fixed or {}, start, origin), "",
                   *boundary.summary(result, param), "", "Probes:", "",
                   *boundary.probe_lines(result)]
             write_text(sweep.output_dir / BOUNDARY_FILE, "\n".join(md) + "\n")
     return result
+
+
+def held_line(sweep: Sweep, base: dict[str, Any], param: str, fixed: dict[str, Any],
+              start: float, origin: str) -> str:
+    """What every probe run had besides ``param``: the other knobs' values (``--set``, else
+    the base config's) and where the bracket started, so a probe around a hand-over reads
+    apart from one around the base config."""
+    others = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                       for k, v in base.items() if k != param)
+    given = [k for k in fixed if k != param]
+    source = (f"--set {', '.join(given)}, the rest the base config's" if given
+              else "the base config's")
+    return (f"Every run: {others or 'no other knob'} ({source}); the bracket started at "
+            f"{param}={start:.4g} ({origin}), {sweep.spec.budget.max_steps} steps at most "
+            "per run.")
 
 
 def crossed_lines(param: str, name: str, results: list[tuple[Any, boundary.Boundary]]
@@ -424,7 +442,7 @@ def cmd_probe(args: Any) -> int:
         raise SpecError("--values", "does not go with --probe (the probe picks its own "
                         "values of --param)", "drop --values, or drop --probe to run a grid")
     sweep = load_sweep(args.file, workdir=Path.cwd())
-    held = held_knobs(sweep, args.set or [], args.param, args.and_)
+    held = held_knobs(sweep, args.set or [], args.param, args.and_, probing=True)
     crossed = _crossed(sweep, args.param, args.and_)
     full = int(sweep.spec.budget.max_steps)
     if args.steps:

@@ -66,7 +66,8 @@ def cut_before_decay(book: TrialBook) -> str | None:
     shares = [own[-1][1] / max(v for _, v in own) for r in cut if (own := _lrs(r))]
     at = sorted({r.last_step for r in cut})
     return (f"ASHA cut {len(cut)} trial(s) ({ids}) sampled at a higher lr than the best "
-            f"ok trial's {_number(best.values.get('lr')):.3g} and {close}, at step(s) "
+            f"search trial's by its search run ({best.trial_id}, lr "
+            f"{_number(best.values.get('lr')):.3g}) and {close}, at step(s) "
             f"{', '.join(map(str, at[:4]))}, where their LR was still at "
             f"{min(shares):.0%}-{max(shares):.0%} of its peak; the best trial's decayed to "
             f"{lrs[-1][1] / max(v for _, v in lrs):.0%} of its peak by its end. Under a "

@@ -47,6 +47,8 @@ class Results:
     baseline: float | None = None
     space: dict[str, dict[str, Any]] = field(default_factory=dict)  # knob -> its entry
     notes: list[str] = field(default_factory=list)  # why confirmation stopped early, if it did
+    #: Each objective's declared random-guess ``baseline`` (objectives[].baseline).
+    baselines: dict[str, float] = field(default_factory=dict)
 
     @property
     def categorical(self) -> set[str]:
@@ -163,7 +165,10 @@ def load(folder: Path, name: str | None = None, objectives: list[str] | None = N
                    list(objectives), modes, knobs, kinds, stable,
                    seed if isinstance(seed, int) else 0,
                    float(baseline) if isinstance(baseline, (int, float)) else None,
-                   {k: v for k, v in entries.items() if k in knobs}, _notes(folder))
+                   {k: v for k, v in entries.items() if k in knobs}, _notes(folder),
+                   {str(o["metric"]): float(o["baseline"]) for o in objs
+                    if isinstance(o.get("baseline"), (int, float))
+                    and not isinstance(o.get("baseline"), bool)})
 
 
 #: Why confirmation stopped before ``confirm.keep`` configs held (one line each).

@@ -105,12 +105,21 @@ def candidates(book: TrialBook, records: list[TrialRecord], front: list[TrialRec
     them to full length on fresh seeds (their short search run does not count).
 
     A trial whose quality is no better than the random guess (its gain over the quality
-    baseline under :data:`MIN_GAIN` of the best trial's) is no candidate: fresh seeds of
-    a config that learnt nothing are steps spent to find it ``poor``."""
+    baseline under :data:`MIN_GAIN` of the best trial's) is no candidate, on the front or
+    off it: fresh seeds of a config that learnt nothing are steps spent to find it
+    ``poor``, and one on the front for its low instability (a LR too small to move the
+    loss is the steadiest of all) was handed over at val_mse 1.01 against a guess of 1."""
     quality = objectives[0]
     sign = 1.0 if quality.mode == "min" else -1.0
     ids = {r.trial_id for r in front}
     floor = guess_floor(book, records, quality)
+
+    def learnt(rec: TrialRecord) -> bool:
+        value = objs.metric_value(rec.history, quality.metric)
+        return floor is None or value is None or not math.isfinite(value) or \
+            sign * value < floor
+
+    front = [r for r in front if learnt(r)]
     rest, cut = [], []
     for rec in records:
         value = objs.metric_value(rec.history, quality.metric)

@@ -314,7 +314,8 @@ def write_report(folder: Path, name: str | None = None, objectives: list[str] | 
         "number beside a ring is the candidate's row in pareto.csv, where the members of "
         "the noise-aware Pareto front come before the other candidates.</p>",
         _images(figs["pareto"], "No search trial has values for two objectives to plot."),
-        table(res.pareto[pareto_cols], folder) if len(res.pareto)
+        table(res.pareto[pareto_cols].rename(columns={"front_rank": "row"}), folder)
+        if len(res.pareto)
         else "<p>No Pareto front: no search trial finished ok.</p>",
         "<h2 id=seeds>Candidates on fresh seeds</h2>",
         "<p class=muted>Each candidate re-run on fresh seeds: hollow dot = the seed it was "

@@ -37,7 +37,9 @@ def summary_of(res: Results) -> dict[str, Any]:
     return {
         "name": res.name,
         "folder": str(res.folder),
-        "objectives": [{"metric": o, "mode": res.modes.get(o, "min")} for o in res.objectives],
+        "objectives": [{"metric": o, "mode": res.modes.get(o, "min"),
+                        **({"baseline": res.baselines[o]} if o in res.baselines else {})}
+                       for o in res.objectives],
         "knobs": res.knobs,
         "search_trials": int(len(res.search)),
         "counts": {k: int(v) for k, v in res.search["status"].value_counts().items()},

@@ -15,6 +15,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -44,6 +46,11 @@ def warnings_of(history: Sequence[Mapping[str, Any]], settings: RuleSettings,
         out.append(f"{LOSS_AT_GUESS} (smoothed loss {sat['mean_smoothed_loss']:.4g} from step "
                    f"{sat['from_step']} to {sat['to_step']}, the random guess "
                    f"{sat['baseline']:g})")
+    elif (off := off_scale(history, settings)) is not None:
+        out.append(f"{LOSS_OFF_SCALE} (median loss {off['median']:.4g} over steps "
+                   f"{off['from_step']}-{off['to_step']}, {off['median'] / off['baseline']:.0f}x "
+                   f"the random guess {off['baseline']:g}; a loss summed over a batch of N is "
+                   "N times its mean)")
     elif (back := flat_at_baseline.back_at_guess(history, settings)) is not None:
         out.append(f"{BACK_AT_GUESS} (from step {back['from_step']} to {back['to_step']}; its "
                    f"smoothed loss had reached {back['lowest']:.4g} at step "
@@ -61,6 +68,41 @@ def warnings_of(history: Sequence[Mapping[str, Any]], settings: RuleSettings,
 #: is on another scale than the guess (a loss at the guess is within a few tenths of it;
 #: an untrained model's is seldom twice it), not sitting at it.
 OFF_SCALE = 4.0
+
+
+#: Training losses the second half of a run must carry before :func:`off_scale` tells.
+OFF_SCALE_REPORTS = 3
+
+
+def off_scale(history: Sequence[Mapping[str, Any]], settings: RuleSettings
+              ) -> dict[str, Any] | None:
+    """The median training loss over the second half of a run that ended ok, when it is
+    over :data:`OFF_SCALE` times the random guess (``rules.baseline_loss``, or the labels'
+    guess): a loss on another scale than the guess (summed over the batch), however short
+    the run and whether or not it still fell; else None.
+
+    Example:
+        >>> s = RuleSettings(baseline_loss=1.0)
+        >>> off_scale([{"step": k, "loss": 6000.0 - 10 * k} for k in range(1, 101)], s)["median"]
+        5250.0
+        >>> off_scale([{"step": k, "loss": 1.0 - k / 200} for k in range(1, 101)], s)
+    """
+    settings = flat_at_baseline.label_guess(history, settings)
+    baseline = settings.baseline_loss
+    last = history[-1].get("step") if history else None
+    if not baseline or baseline <= 0 or not isinstance(last, (int, float)):
+        return None
+    late = [(int(h["step"]), float(h["loss"])) for h in history
+            if isinstance(h.get("step"), (int, float)) and h["step"] >= last / 2
+            and isinstance(h.get("loss"), (int, float)) and not isinstance(h["loss"], bool)
+            and math.isfinite(h["loss"])]
+    if len(late) < OFF_SCALE_REPORTS:
+        return None
+    median = statistics.median(v for _, v in late)
+    if median <= OFF_SCALE * baseline:
+        return None
+    return {"median": median, "baseline": baseline, "from_step": late[0][0],
+            "to_step": late[-1][0]}
 
 
 def stale_quality(history: Sequence[Mapping[str, Any]], metric: str) -> str | None:

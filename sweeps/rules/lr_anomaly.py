@@ -55,6 +55,9 @@ RESTART_FLOOR = 0.01
 #: An LR below this share of its peak trains nothing (a cosine to 0 gets there only in
 #: the last 0.06 % of its steps).
 VANISHED = 1e-6
+#: What makes an LR compound down to nothing, as the hints name it.
+COMPOUNDING = ("a per-epoch decay such as StepLR or ExponentialLR stepped per batch, e.g. "
+               "Lightning's interval 'step' for it; MultiplicativeLR where LambdaLR was meant")
 #: Newest reports ``vanished_lr`` reads to find the LR's peak.
 VANISHED_REPORTS = 5000
 #: Reports spread over those that ``vanished_lr`` reads for its cheap first look when the
@@ -109,7 +112,14 @@ def _zero(
         # Judged when it reached 0 -- unless it never left 0 since the run started.
         return _verdict(now, evidence) if peak < ZERO_LR and first == 0 else None
     decaying = len(earlier) >= 2 and previous < earlier[-2] and previous <= 0.5 * peak
-    return None if decaying else _verdict(now, evidence)
+    if decaying:
+        return None
+    top = max(finite_values(history, "lr", 0, len(history) - 1) or [peak])
+    if previous < VANISHED * top:  # it crept down to 0, no abrupt drop: a compounding decay
+        evidence["hint"] = (f"the LR fell from {top:.3g} to {lr:.3g} by step {now}: a "
+                            f"schedule that compounds on every step ({COMPOUNDING}) trains "
+                            "nothing from there")
+    return _verdict(now, evidence)
 
 
 def _vanished(
@@ -138,8 +148,8 @@ def _vanished(
                                 "peak_step": peak_step, "vanished_at_step": gone}
     evidence["hint"] = (f"the LR fell from {peak:.3g} to under {VANISHED:g}x that in "
                         f"{gone - peak_step} steps and stayed there {now - gone}: a schedule "
-                        "that compounds on every step (MultiplicativeLR where LambdaLR was "
-                        "meant, a per-epoch decay stepped per batch) trains nothing from there")
+                        f"that compounds on every step ({COMPOUNDING}) trains nothing from "
+                        "there")
     return _verdict(now, evidence)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -638,12 +639,30 @@ def load_sweep_dict(data: Any, *, base_dir: Path, workdir: Path,
         notes.append(f"the base config leaves {', '.join(sweep.base_unset)} at ??? (no value): "
                      "there is no base config to run or compare with, and `sweeps try` takes "
                      "the middle of the range")
+    _check_base_numbers(sweep)
     off = off_space_note(sweep)
     if off:
         notes.append(off)
     if import_trainer:
         load_trainer(spec.trainer, paths)
     return sweep
+
+
+def _check_base_numbers(sweep: Sweep) -> None:
+    """A SpecError for a base config value quoted as text (``"lr": "0.05"``) where the knob's
+    values are numbers: the base config's own run (the search's first trial, ``sweeps
+    try``, the reference on the fresh seeds) would hand the trainer text and crash."""
+    for name, knob in sweep.space.items():
+        value = sweep.base_value(name) if name in sweep.spec.write_back else None
+        values = _knob_values(knob)
+        if not _float_text(value) or not values or any(
+                not isinstance(v, (int, float)) or isinstance(v, bool) for v in values):
+            continue
+        path = sweep.spec.write_back[name]
+        raise SpecError(f"base_config.{path}", f"{value!r} is text, not a number, and "
+                        f"search_space.{name} gives numbers: the base config's own run "
+                        "would hand the trainer text",
+                        f"write it unquoted in the base config: {value.strip()}")
 
 
 def off_space_note(sweep: Sweep) -> str | None:
@@ -894,6 +913,7 @@ def _knobs(raw: dict[Any, Any], root: str) -> tuple[dict[str, _Knob], bool]:
         knob = _validate(_KNOB_ADAPTER, entry, key)
         if name == "compile":
             _check_compile(knob, key)
+        _check_known_range(name, knob, key)
         space[name] = knob
     return space, to_probe
 
@@ -988,12 +1008,46 @@ def _missing_path_error(write_back: dict[str, str], base_config: dict[str, Any],
                          f"write the knob to one of its keys ({', '.join(inner[:4])}); to "
                          "search a Hydra config group's option, write the knob to the "
                          "group's name as in the defaults list (docs/sweep-file.md)")
-    near = difflib.get_close_matches(path, leaves, n=1)
-    hint = f"did you mean '{near[0]}'? Else w" if near else "W"
+    near = _nearest_leaf(knob, path, [leaf for leaf in leaves if leaf not in
+                                      set(write_back.values())])
+    hint = f"did you mean '{near}'? Else w" if near else "W"
     return SpecError(key, f"'{path}' is not in {where}, so the trainer would never "
                      "see the sampled value",
                      f"{hint}rite the path your trainer reads, add the key to the base "
                      "config, or set 'new_keys: true' in the sweep file to add it")
+
+
+#: Other names the default space's knobs go by in users' configs.
+KNOB_ALIASES: dict[str, tuple[str, ...]] = {
+    "lr": ("lr", "learning_rate", "base_lr", "max_lr"),
+    "weight_decay": ("weight_decay", "wd", "l2"),
+    "grad_clip": ("grad_clip", "clip", "gradient_clip_val", "max_grad_norm", "clip_grad"),
+    "dropout": ("dropout", "drop", "p_drop", "drop_rate"),
+    "warmup": ("warmup", "warmup_steps", "warmup_ratio", "pct_start")}
+
+
+def _nearest_leaf(knob: str, path: str, leaves: list[str]) -> str | None:
+    """The base config's value a write-back ``path`` of ``knob`` most likely meant: one
+    whose last key is the path's own or a name the knob goes by (``model.lr`` ->
+    ``optim.lr``; ``optim.learning_rate`` -> ``optim.lr``), the closest by spelling among
+    them, else the closest path by spelling (``optimm.lr``); none written by another knob.
+
+    Example:
+        >>> _nearest_leaf("lr", "model.lr", ["model.dropout", "optim.lr", "optim.wd"])
+        'optim.lr'
+        >>> _nearest_leaf("lr", "optim.learning_rate", ["optim.lr", "optim.wd"])
+        'optim.lr'
+    """
+    last = path.rpartition(".")[2]
+    names = {last, knob, *KNOB_ALIASES.get(knob, ())}
+    for alias, spellings in KNOB_ALIASES.items():
+        if last in spellings:
+            names.update(spellings, {alias})
+    same = [leaf for leaf in leaves if leaf.rpartition(".")[2] in names]
+    if same:
+        return (difflib.get_close_matches(path, same, n=1, cutoff=0.0) or same)[0]
+    near = difflib.get_close_matches(path, leaves, n=1)
+    return near[0] if near else None
 
 
 def _kind(value: Any) -> str | None:
@@ -1114,6 +1168,41 @@ def _check_compile(knob: _Knob, key: str) -> None:
         if v not in COMPILE_MODES:
             raise SpecError(key, f"unknown compile mode {v!r}",
                             f"use one of {', '.join(COMPILE_MODES)}")
+
+
+#: The values the default space's numeric knobs can take, as (low, high, low open,
+#: high open): an LR at or below 0 crashes the optimizer (``Invalid learning rate``), a
+#: negative weight decay, clip or warmup is no setting, a dropout is a probability.
+KNOWN_RANGES: dict[str, tuple[float, float, bool, bool]] = {
+    "lr": (0.0, math.inf, True, True), "weight_decay": (0.0, math.inf, False, True),
+    "grad_clip": (0.0, math.inf, False, True), "warmup": (0.0, math.inf, False, True),
+    "dropout": (0.0, 1.0, False, False)}
+
+
+def _check_known_range(name: str, knob: _Knob, key: str) -> None:
+    """A SpecError naming the bound or choice of a default-space knob (``lr``, ``dropout``,
+    ...) that lies outside the values it can take: a uniform LR from -0.01 passes every
+    other check and crashes the trials that draw below 0."""
+    if name not in KNOWN_RANGES:
+        return
+    low, high, low_open, high_open = KNOWN_RANGES[name]
+    if isinstance(knob, Categorical):
+        where = [(f"{key}.choices", v) for v in knob.choices]
+    elif isinstance(knob, Fixed):
+        where = [(key, knob.value)]
+    else:
+        where = [(f"{key}.low", knob.low), (f"{key}.high", knob.high)]  # type: ignore[attr-defined]
+    for at, value in where:
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        below = value <= low if low_open else value < low
+        above = value >= high if high_open else value > high
+        if below or above:
+            bounds = (f"{'>' if low_open else '>='} {low:g}" if high == math.inf else
+                      f"in [{low:g}, {high:g}{')' if high_open else ']'}")
+            raise SpecError(at, f"{value!r} is out of range: {name} must be {bounds}",
+                            f"make every value of search_space.{name} {bounds}"
+                            + (" (a loguniform range keeps it above 0)" if name == "lr" else ""))
 
 
 #: The knobs of the default search space (``search_spaces/default.yaml``): names the

@@ -16,7 +16,9 @@ that does nothing; where the trials show it, the sweep stops after a few of them
 
 The same stop comes when the trainer never reports an objective's metric: two search
 trials ran to their end without it (``bad_metric``) and none ever reported it, so every
-further trial would too (``objectives.N.metric``, with the closest metric it did report).
+further trial would too (``objectives.N.metric``, with the closest metric it did report);
+and when a fresh-seed re-run repeats its search run's losses exactly (the trainer ignores
+the trial's seed, :func:`seed_ignored`).
 """
 
 from __future__ import annotations
@@ -167,6 +169,42 @@ def unmeasured_gradients(records: Iterable[TrialRecord]) -> InertKnob | None:
     return InertKnob("", f"{len(zero)} search trials: {problem}", fix, where="trainer")
 
 
+#: Training losses a fresh-seed re-run must repeat exactly, step for step, before the
+#: trainer is called deaf to its seed (two seeds agreeing to the last bit on one is chance).
+SAME_SEED_LOSSES = 3
+
+
+def seed_ignored(records: Iterable[TrialRecord]) -> InertKnob | None:
+    """A candidate's re-run on a fresh seed (``confirm:<id>``) that reported the very same
+    training losses as its search run on another seed, step for step: the trainer does not
+    seed from ``config["sweep"]["seed"]`` (it takes a seed of its own config, or a fixed
+    one), so every fresh seed repeats the search run and the race confirms nothing."""
+    records = list(records)
+    by_id = {r.trial_id: r for r in records}
+    for rec in records:
+        kind, _, owner = rec.role.partition(":")
+        cand = by_id.get(owner) if kind == "confirm" and rec.finished else None
+        if cand is None or cand.seed == rec.seed or not cand.finished:
+            continue
+        mine, theirs = _losses(rec.history), _losses(cand.history)
+        if len(mine) >= SAME_SEED_LOSSES and mine == theirs[:len(mine)]:
+            return InertKnob(
+                "", f"trial {cand.trial_id} on seed {cand.seed} and its re-run on seed "
+                f"{rec.seed} reported the very same losses on each of {len(mine)} steps: the "
+                "trainer does not seed from the trial's seed, so every fresh seed repeats the "
+                "search run and no config is confirmed on anything",
+                "seed from config['sweep']['seed'] (torch.manual_seed(info['seed']), and your "
+                "data order), not from a seed of your own config; a trainer meant to give "
+                "one result whatever the seed: set confirm.seeds: 0", where="trainer")
+    return None
+
+
+def _losses(history: Sequence[dict]) -> list[tuple[int, float]]:
+    """(step, loss) of every report that carries a training loss, in order."""
+    return [(int(h.get("step", 0)), float(h["loss"])) for h in history
+            if isinstance(h.get("loss"), (int, float)) and not isinstance(h.get("loss"), bool)]
+
+
 def unreported_objective(records: Iterable[TrialRecord],
                          metrics: Sequence[str]) -> InertKnob | None:
     """An objective metric (of ``metrics``, the ones the trainer must report) that
@@ -253,5 +291,5 @@ def sweep_problem(records: Iterable[TrialRecord], metrics: Sequence[str],
     trial's start. The search starts no more trials, and the run exits 2."""
     records = list(records)
     return inert_knob(records) or unreported_objective(records, metrics) or \
-        unmeasured_gradients(records) or \
+        unmeasured_gradients(records) or seed_ignored(records) or \
         (baseline_off(records, settings) if settings is not None else None)

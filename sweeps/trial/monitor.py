@@ -118,6 +118,16 @@ class Monitor:
             nonfinite = int(sum((~torch.isfinite(g)).sum().item() for g in grads))
         return total, nonfinite, dead
 
+    def frozen_params(self) -> int:
+        """Parameter tensors the optimizer holds whose ``requires_grad`` is False: they
+        get no gradient, so they never train (``dead_params`` counts only the trainable
+        ones); a backbone frozen by accident shows here."""
+        if self._optimizer is None:
+            return 0
+        groups = getattr(self._optimizer, "param_groups", None) or []
+        return sum(isinstance(p, torch.Tensor) and not p.requires_grad
+                   for group in groups for p in group.get("params", []))
+
     def lr(self) -> float | None:
         """The LR in the optimizer's first param group right now."""
         if self._optimizer is None:
@@ -167,6 +177,9 @@ class Monitor:
         metrics["grad_norm"] = grad_norm
         metrics["nonfinite_grads"] = float(nonfinite)
         metrics["dead_params"] = float(dead)
+        frozen = self.frozen_params()
+        if frozen:
+            metrics["frozen_params"] = float(frozen)
         if self._params and dead == len(self._params) and \
                 all(p.grad is None for p in self._params):  # looked for only when all dead
             metrics["grads_absent"] = 1.0  # after zero_grad(), or before backward()

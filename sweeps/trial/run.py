@@ -201,7 +201,8 @@ def unreported(metric: str, history: list[dict[str, Any]],
 
 #: Metrics sweeps' own Monitor and callbacks report: never the objective a user meant.
 MONITOR_METRICS = frozenset({
-    "grad_norm", "nonfinite_grads", "dead_params", "zeroed_grads", "grads_absent", "clipped",
+    "grad_norm", "nonfinite_grads", "dead_params", "frozen_params", "zeroed_grads",
+    "grads_absent", "clipped",
     "clipped_before_measure", "lr", "step_time", "compile_s", "pred_std", "target_std",
     "label_entropy", "label_majority"})
 #: A metric measured on held-out data, by its name (``val_loss``, ``eval/acc``, ``test_mse``).

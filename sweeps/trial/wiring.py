@@ -12,7 +12,9 @@ not mean what they should. Each warns once per trial, on the report where it sho
 * ``clipped_before_measure``: ``monitor.clip()`` ran before ``measure`` in a step, so the
   norm measured is the clipped one;
 * a step whose training measurement is reported again: ``report`` once per optimizer
-  step (with gradient accumulation, after the optimizer step, not per micro-batch).
+  step (with gradient accumulation, after the optimizer step, not per micro-batch);
+* ``frozen_params``: parameter tensors the optimizer holds have ``requires_grad`` False
+  (a backbone frozen by accident: they never train, and no gradient shows it).
 
 :func:`warmup_never_ran` reads a whole run: the ``warmup`` knob was above 0 and the LR
 never changed (the trainer steps no LR scheduler, or does not read the knob's path).
@@ -32,7 +34,10 @@ ZERO_GRAD_NORM_PROBLEM = ("grad_norm was 0 on every report: no parameter had a g
                           ".detach()ed, a forward under torch.no_grad())")
 ZERO_GRAD_NORM_FIX = ("call monitor.measure after loss.backward(), before clipping and "
                       "optimizer.zero_grad(); if it is there, build the loss from the "
-                      "model's output without detaching it")
+                      "model's output without detaching it. The Lightning and Hugging Face "
+                      "adapters measure just before the optimizer step: nothing may zero "
+                      "the gradients between backward and that step (a zero_grad in "
+                      "on_after_backward, in a callback or in a custom optimizer_step)")
 ZERO_GRAD_NORM = f"{ZERO_GRAD_NORM_PROBLEM}: {ZERO_GRAD_NORM_FIX}"
 DEAD_MODEL_PROBLEM = ("grad_norm was 0 on every report, with a gradient on the parameters "
                       "each time: the model is dead, its loss does not reach its parameters "
@@ -53,6 +58,9 @@ STEP_BACK = ("a step went backwards: the trial's history keeps the reports of a 
              "run, so every report from that step on was replaced by the new ones (the rules "
              "and the report see the last stretch only); report one step counter that only "
              "grows, e.g. epoch * steps_per_epoch + i, not one per epoch")
+FROZEN = ("parameter tensor(s) the optimizer holds have requires_grad=False, so they never "
+          "train (a backbone frozen by accident?): unfreeze them, or leave them out of the "
+          "optimizer when the freezing is meant")
 STEP_AGAIN = ("a step was reported again: call report once per optimizer step (with "
               "gradient accumulation, after optimizer.step(), not per micro-batch)")
 
@@ -156,6 +164,9 @@ class WiringWatch:
             found.append(("zeroed_grads", ZEROED_GRADS))
         if newest.get("clipped_before_measure"):
             found.append(("clipped_first", CLIPPED_FIRST))
+        frozen = newest.get("frozen_params")
+        if isinstance(frozen, (int, float)) and frozen > 0:
+            found.append(("frozen_params", f"{int(frozen)} {FROZEN}"))
         norm = newest.get("grad_norm")
         if isinstance(norm, (int, float)) and self._zero_norms >= 0:
             self._zero_norms = self._zero_norms + 1 if norm == 0 else -1  # -1: never again

@@ -32,8 +32,9 @@ def test_asha_cutting_higher_lrs_close_behind_under_a_decay_is_noted(tmp_path: P
     far = _trial("far", 0.05, "pruned", 100, 0.5)
     lower = _trial("lower", 0.001, "pruned", 100, 0.021)
     note = cut_before_decay(book_of(sweep, best, close, far, lower))
-    assert note is not None and note.startswith("ASHA cut 1 trial(s) (close) sampled at a "
-                                                "higher lr than the best ok trial's 0.004")
+    assert note is not None and note.startswith(
+        "ASHA cut 1 trial(s) (close) sampled at a higher lr than the best search trial's by "
+        "its search run (best, lr 0.004)")
     assert "where their LR was still at 50%-50% of its peak" in note
     assert "decayed to 0% of its peak" in note and "budget.scheduler: none" in note
     assert cut_before_decay(book_of(sweep, best, far, lower)) is None

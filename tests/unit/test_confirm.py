@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from sweeps.errors import SpecError
 from sweeps.protocol import LR_SCALE_KEY, ROLE_KEY, SEED_KEY
 from sweeps.record.book import TrialBook, TrialRecord
 from sweeps.results.confirm import (
@@ -450,10 +451,13 @@ def test_a_base_config_off_the_range_starts_the_search_at_the_nearest_point(
         "lr": {"type": "categorical", "choices": [0.01, 0.1]}}, train={"lr": 0.5})
     assert nearest_base_point(choice) is None
     assert any("starts without it (lr: not among its choices)" in n for n in choice.notes)
-    quoted = load_linreg(tmp_path / "quoted", search_space={
-        "lr": {"type": "categorical", "choices": [0.01, 0.1]}}, train={"lr": "0.1"})
-    assert any("lr: '0.1' is text where the choices are numbers: write it as 0.1 in the base "
-               "config, unquoted" in n for n in quoted.notes)
+    for entry in ({"type": "categorical", "choices": [0.01, 0.1]},
+                  {"type": "loguniform", "low": 0.01, "high": 1.0}):
+        # quoted, the base config's own run would hand the trainer text: refused
+        with pytest.raises(SpecError) as info:
+            load_linreg(tmp_path / "quoted", search_space={"lr": entry}, train={"lr": "0.1"})
+        assert info.value.key == "base_config.train.lr" and info.value.exit_code == 2
+        assert "write it unquoted in the base config: 0.1" in str(info.value)
 
 
 def test_no_candidate_held_because_nothing_learnt_points_at_the_trainer(tmp_path: Path) -> None:

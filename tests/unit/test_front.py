@@ -132,6 +132,11 @@ def test_a_trial_that_learnt_nothing_is_no_candidate(linreg_sweep: Sweep) -> Non
     book = book_of(linreg_sweep, *records)
     assert _ids(candidates(book, records, [best], [QUALITY], pruned=True)) == [
         "best", "slow", "cut"]
+    # on the front for its low instability (an LR too small to move the loss), at the guess
+    steady = rec("steady", val_loss=1.013)
+    book = book_of(linreg_sweep, *records, steady)
+    assert _ids(candidates(book, [*records, steady], [best, steady], [QUALITY])) == [
+        "best", "slow"]
     # an accuracy with its own random guess (1/3 for 3 classes); none without one
     acc = [rec("a", acc=0.97), rec("b", acc=0.3535), rec("c", status="pruned", acc=0.34),
            rec("d", status="pruned", acc=0.6)]

@@ -89,3 +89,52 @@ def test_contains(entry: dict, inside: list, outside: list) -> None:
     k = knob(**entry)
     assert all(sp.contains(k, v) for v in inside), inside
     assert not any(sp.contains(k, v) for v in outside), outside
+
+
+@pytest.mark.parametrize(("knob", "entry", "key", "bound"), [
+    ("lr", {"type": "uniform", "low": -0.01, "high": 0.5}, "search_space.lr.low", "> 0"),
+    ("lr", {"type": "categorical", "choices": [0.1, 0]}, "search_space.lr.choices", "> 0"),
+    ("lr", 0.0, "search_space.lr", "> 0"),
+    ("weight_decay", {"type": "uniform", "low": -0.1, "high": 0.1},
+     "search_space.weight_decay.low", ">= 0"),
+    ("dropout", {"type": "uniform", "low": 0.0, "high": 1.5}, "search_space.dropout.high",
+     "in [0, 1]"),
+])
+def test_a_default_knob_outside_its_values_is_refused(tmp_path: Path, knob: str, entry: object,
+                                                      key: str, bound: str) -> None:
+    """A uniform LR from -0.01 passed every check and crashed the trials drawn below 0
+    (``Invalid learning rate``); the bound is named instead."""
+    with pytest.raises(SpecError) as info:
+        load_linreg(tmp_path, search_space={knob: entry}, write_back={knob: "train.lr"})
+    assert info.value.key == key and info.value.exit_code == 2
+    assert f"{knob} must be {bound}" in str(info.value)
+
+
+def test_a_default_knob_at_the_edge_of_its_values_is_taken(tmp_path: Path) -> None:
+    sweep = load_linreg(tmp_path, search_space={
+        "dropout": {"type": "uniform", "low": 0.0, "high": 1.0},
+        "grad_clip": {"type": "categorical", "choices": [0, 1.0]}},
+        write_back={"dropout": "train.dropout", "grad_clip": "train.grad_clip"},
+        new_keys=True)
+    assert {"dropout", "grad_clip"} <= set(sweep.space)
+
+
+@pytest.mark.parametrize(("path", "hint"), [
+    ("model.lr", "did you mean 'train.lr'?"),            # the same last key elsewhere
+    ("train.learning_rate", "did you mean 'train.lr'?"),  # another name of the knob
+    ("train.lrr", "did you mean 'train.lr'?"),            # a typo
+])
+def test_a_missing_write_back_path_names_the_value_the_knob_meant(tmp_path: Path, path: str,
+                                                                  hint: str) -> None:
+    with pytest.raises(SpecError) as info:
+        load_linreg(tmp_path, write_back={"lr": path})
+    assert info.value.key == "write_back.lr" and hint in str(info.value)
+
+
+def test_a_missing_write_back_path_is_not_offered_another_knobs_value(tmp_path: Path) -> None:
+    """``train.dropout`` missing was offered ``train.lr``, the LR's own path."""
+    with pytest.raises(SpecError) as info:
+        load_linreg(tmp_path, search_space={"dropout": {"type": "uniform", "low": 0.0,
+                                                        "high": 0.3}},
+                    write_back={"dropout": "train.dropout"})
+    assert info.value.key == "write_back.dropout" and "did you mean" not in str(info.value)

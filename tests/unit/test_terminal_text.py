@@ -155,6 +155,10 @@ def test_the_summary_names_front_members_the_race_did_not_judge(capsys):
                                 [SeedRun(0, "unstable", "flat_at_baseline", 121, 1.5)],
                                 search_seed=0, trial_id="e5")
     print_selection(outcome)
+    assert "your base config went unstable" not in capsys.readouterr().out, \
+        "nothing handed over: nothing to compare with it"
+    outcome.stable_paths = ["stable/rank-01-a1.yaml"]
+    print_selection(outcome)
     out = " ".join(capsys.readouterr().out.split())
     assert "note: your base config went unstable (seed 0: flat_at_baseline @ 121) and ran " \
            "on no fresh seed, so what the sweep hands over is not compared with your base " \
