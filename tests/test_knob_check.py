@@ -226,3 +226,29 @@ def test_a_fresh_seed_that_repeats_the_search_run_exactly_is_a_trainer_deaf_to_i
     assert seed_ignored([cand, short]) is None
     probe = run("p", 0, "probe:c", [1.02, 0.8, 0.61, 0.5])  # the same seed on purpose
     assert seed_ignored([cand, probe]) is None
+
+
+def test_an_objectives_baseline_far_below_every_trials_first_value_is_named():
+    """``{metric: val_loss, mode: min, baseline: 0.1}`` for a 10-class cross-entropy that
+    starts at 2.3: a config was handed over with gaps measured against 0.1."""
+    from sweeps.rules.settings import RuleSettings
+    from sweeps.spec.loader import Objective
+    from sweeps.trial.knob_check import objective_baseline_off, sweep_problem
+
+    def started(i: int, first: float) -> TrialRecord:
+        rec = TrialRecord(trial_id=str(i), values={"lr": 0.01}, seed=0, role="search")
+        rec.history = [{"step": 50, "val_loss": first}, {"step": 100, "val_loss": first / 2}]
+        rec.finished, rec.status = True, "ok"
+        return rec
+
+    trials = [started(i, 2.28 + 0.01 * i) for i in range(3)]
+    wrong = [Objective(metric="val_loss", mode="min", baseline=0.1)]
+    found = sweep_problem(trials, ["val_loss"], RuleSettings(), wrong)
+    assert found is not None and found.key == "objectives.0.baseline"
+    assert "3 search trials first reported val_loss at 2.28 to 2.3, 10x its baseline 0.1" \
+        in found.why
+    right = [Objective(metric="val_loss", mode="min", baseline=2.3026)]
+    assert objective_baseline_off(trials, right, 10.0) is None
+    assert objective_baseline_off(trials[:2], wrong, 10.0) is None, "two are too few"
+    acc = [Objective(metric="val_loss", mode="max", baseline=0.1)]
+    assert objective_baseline_off(trials, acc, 10.0) is None, "a max objective: not judged"

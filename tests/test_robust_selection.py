@@ -620,9 +620,10 @@ def test_a_racer_screened_during_the_search_and_then_not_settled_is_listed(linre
     offline = _Offline(linreg_dir, lambda lr, seed: 0.01 + abs(lr - 0.05) + 0.001 * seed,
                        budget={"trials": 8},
                        confirm={"seeds": 2, "lr_probe": 0, "keep": 1, "max_candidates": 8})
-    for trial_id, lr in (("s0", 0.05), ("s1", 0.1), ("s2", 0.2)):
+    # none at the base config's own lr (0.1): the base config is settled whatever keep says
+    for trial_id, lr in (("s0", 0.05), ("s1", 0.2), ("s2", 0.3)):
         offline.add(trial_id, lr)
-    for trial_id, lr in (("s0", 0.05), ("s1", 0.1)):  # the race's screens
+    for trial_id, lr in (("s0", 0.05), ("s1", 0.2)):  # the race's screens
         offline.add(f"screen-{trial_id}", lr, seed=1, role=f"confirm:{trial_id}")
     chosen = offline.select(["s0", "s1", "s2"])
 

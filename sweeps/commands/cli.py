@@ -286,7 +286,7 @@ def cmd_best(args: argparse.Namespace) -> int:
              "its path anyway", file=sys.stderr)
         return 1
     if args.flags:  # a script that takes its settings as argparse options
-        return _print_flags(folder, files[0], args.flags == "dashes")
+        return _print_flags(folder, files[0], args.flags)
     if args.overrides:  # a Hydra app takes the knob values as command-line overrides
         listed = files[0].with_suffix(".overrides").read_text(encoding="utf-8").splitlines()
         echo("\n".join(listed))  # a value of the user's: no terminal controls
@@ -299,16 +299,19 @@ def cmd_best(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_flags(folder: Path, path: Path, dashes: bool) -> int:
-    """``sweeps best DIR --flags``: the hand-over as ``--key=value`` lines."""
-    from sweeps.results.export import flag_lines
+def _print_flags(folder: Path, path: Path, how: str) -> int:
+    """``sweeps best DIR --flags [keys|dashes]``: the hand-over as ``--key=value`` lines,
+    spelt as the trainer module's argparse parser spells its options when it holds one
+    (``how`` unset), else as the write-back keys (``dashes``: their ``_`` as ``-``)."""
+    from sweeps.results.export import flag_lines, parser_options
     from sweeps.spec.loader import read_json, read_yaml
     from sweeps.state import saved_sweep
 
     sweep = saved_sweep.read(folder, import_trainer=False)
     key = f"DIR/stable/{path.name}"  # a damaged hand-over: one line naming it, exit 2
     config = read_json(path, key) if path.suffix == ".json" else read_yaml(path, key)
-    lines, skipped = flag_lines(sweep, config, dashes)
+    options = parser_options(sweep) if how == "auto" else {}
+    lines, skipped = flag_lines(sweep, config, how == "dashes", options)
     echo("\n".join(lines))  # a value of the user's: no terminal controls
     if skipped:
         echo(f"note: left out {', '.join(skipped)}: no number, text or bool to pass as a "
@@ -566,10 +569,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overrides", action="store_true",
                    help="print its values as Hydra command-line overrides instead, one a "
                    "line (python app.py $(sweeps best DIR --overrides))")
-    p.add_argument("--flags", nargs="?", const="keys", choices=("keys", "dashes"),
+    p.add_argument("--flags", nargs="?", const="auto", choices=("auto", "keys", "dashes"),
                    help="print its values as command-line flags instead, --key=value one a "
                    "line, for a script that takes argparse options (python train.py "
-                   "$(sweeps best DIR --flags)); 'dashes': write_back keys' _ as -")
+                   "$(sweeps best DIR --flags)), spelt as the trainer module's argparse "
+                   "parser spells them when it holds one; 'keys': the write_back keys; "
+                   "'dashes': their _ as -")
     p.set_defaults(func=cmd_best)
 
     p = sub.add_parser("stability", help="grid over one knob (x a second) on several seeds")

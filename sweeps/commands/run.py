@@ -278,7 +278,7 @@ def _execute(sweep: Sweep, *, address: str | None, progress: bool, tracking_uri:
                     f"back and new samples took their place: {', '.join(replaced)} (what "
                     "they had run: trials/<id>.jsonl.interrupted)")
             inert = sweep_problem(book.trials.values(), trainer_metrics(sweep),
-                                  sweep.spec.rules)
+                                  sweep.spec.rules, sweep.objectives)
             if inert is not None:
                 raise SpecError(inert.key, inert.why, inert.fix)
             if resume:

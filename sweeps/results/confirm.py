@@ -711,7 +711,9 @@ def judge(sweep: Sweep, book: TrialBook, rec: TrialRecord, on_front: bool) -> Co
             if run.status == OK:
                 conf.probe_loss = probe_loss(rec, run, quality.metric, quality.mode,
                                              sweep.quality_baseline)
-    conf.planned = planned_seeds(sweep, book, rec)
+    # never fewer than ran: a narrow margin's extra seeds stay counted when a wider
+    # --tolerance later reads the probe as wide ("stable on 3/2 extra seeds")
+    conf.planned = max(planned_seeds(sweep, book, rec), len(conf.runs))
     conf.runs.sort(key=lambda r: r.seed)
     return conf
 
@@ -890,8 +892,17 @@ def select(sweep: Sweep, book: TrialBook, ordered: list[TrialRecord], front: lis
                    for c in judged if c.trial_id != base_id)
 
     budget_ended = False
-    while queue and found() < conf.keep:
-        need = conf.keep - found()
+
+    def base_open() -> bool:
+        """The base config (the search's first trial) still waits in the queue: it is
+        settled even once ``confirm.keep`` held, as the reference a hand-over is compared
+        with (left open, a resume with more steps would run nothing for it)."""
+        return any(r.trial_id == base_id for r in queue)
+
+    while queue and (found() < conf.keep or base_open()):
+        if found() >= conf.keep:
+            queue = [r for r in queue if r.trial_id == base_id]
+        need = max(1, conf.keep - found())
         take = affordable(sweep, book, queue, need)
         if take == 0 and not found():
             take = 1  # nothing the search found holds yet: settle the best remaining one

@@ -129,11 +129,13 @@ def base_held(path: Path) -> str | None:
                 None)
 
 
-def flag_lines(sweep: Sweep, config: Any, dashes: bool = False) -> tuple[list[str], list[str]]:
+def flag_lines(sweep: Sweep, config: Any, dashes: bool = False,
+               options: dict[str, str] | None = None) -> tuple[list[str], list[str]]:
     """A handed-over ``config``'s knob values (and step count) as command-line flags for a
     script that takes them as argparse options, ``--<path>=<value>`` one a line (the
-    write-back path as the key; ``dashes``: its ``_`` as ``-``); and the paths left out
-    (a value that is no number, text or bool: null, a list)."""
+    option string ``options`` gives for the write-back path, its argparse ``dest``; else
+    the path itself, with ``dashes`` its ``_`` as ``-``); and the paths left out (a value
+    that is no number, text or bool: null, a list)."""
     from sweeps.spec.config_paths import get_path
 
     paths = [sweep.spec.write_back[k] for k in sweep.space if k not in sweep.grouped]
@@ -144,9 +146,34 @@ def flag_lines(sweep: Sweep, config: Any, dashes: bool = False) -> tuple[list[st
         if not isinstance(value, (bool, int, float, str)):  # null, a list, a mapping
             skipped.append(path)
             continue
-        flag = path.replace("_", "-") if dashes else path
-        lines.append(f"--{flag}={value!r}" if isinstance(value, float) else f"--{flag}={value}")
+        flag = (options or {}).get(path) or "--" + (path.replace("_", "-") if dashes else path)
+        lines.append(f"{flag}={value!r}" if isinstance(value, float) else f"{flag}={value}")
     return lines, skipped
+
+
+def parser_options(sweep: Sweep) -> dict[str, str]:
+    """The option string of each ``dest`` of the argparse parser the trainer's module holds
+    (``from train import parser`` in the trainer of docs/trainers.md): ``batch_size`` ->
+    ``--batch-size``, as the script spells it; empty when the module cannot be imported
+    or holds no parser. What the module prints on import goes to stderr."""
+    import argparse
+    import contextlib
+    import sys
+
+    from sweeps.spec.trainer_loader import load_trainer
+
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            fn = load_trainer(sweep.spec.trainer, sweep.trainer_paths)
+    except Exception:  # noqa: BLE001 - no parser to read: the write-back keys are the flags
+        return {}
+    module = sys.modules.get(getattr(fn, "__module__", ""), None)
+    for value in vars(module).values() if module is not None else []:
+        if isinstance(value, argparse.ArgumentParser):
+            return {a.dest: next((o for o in a.option_strings if o.startswith("--")),
+                                 a.option_strings[0])
+                    for a in value._actions if a.option_strings}
+    return {}
 
 
 def write_config(path: Path, sweep: Sweep, values: dict[str, Any],

@@ -54,6 +54,7 @@ from sweeps.spec.space import (
     fixed_values,
     knob_entry,
     off_space,
+    warmup_steps,
 )
 from sweeps.spec.trainer_loader import load_trainer, search_paths
 from sweeps.terminal import shell_word
@@ -621,6 +622,9 @@ def load_sweep_dict(data: Any, *, base_dir: Path, workdir: Path,
     if to_probe:
         notes.append(probed.note(getattr(space["lr"], "low", 0.0)))
     notes += step_count_notes(spec, space, base_config)
+    flat = flat_window_note(spec, space)
+    if flat:
+        notes.append(flat)
     if objectives and objectives[0].mode == "max" and objectives[0].baseline is None:
         notes.append(f"objectives.0: {objectives[0].metric} (max) has no baseline, so quality "
                      "gaps are shares of the best value; set 'baseline:' to what a random guess "
@@ -663,6 +667,26 @@ def _check_base_numbers(sweep: Sweep) -> None:
                         f"search_space.{name} gives numbers: the base config's own run "
                         "would hand the trainer text",
                         f"write it unquoted in the base config: {value.strip()}")
+
+
+def flat_window_note(spec: SweepFile, space: dict[str, _Knob]) -> str | None:
+    """A note when ``flat_at_baseline`` can never fire: its patience, counted after the
+    warmup (the ``warmup`` knob's smallest value), is not shorter than a trial's steps, so
+    a run at the random guess ends ok and nothing flags it."""
+    rules, steps = spec.rules, spec.budget.max_steps
+    if not rules.is_enabled("flat_at_baseline"):
+        return None
+    knob = space.get("warmup")
+    lows = [v for v in _knob_values(knob) if isinstance(v, (int, float))] if knob else []
+    warm = warmup_steps(min(lows), steps) if lows else 0
+    room = steps - (warm or 0)
+    if rules.flat_patience < room:
+        return None
+    after = f" less the smallest warmup ({warm} steps)" if warm else ""
+    return (f"rules.flat_patience ({rules.flat_patience}) is not below budget.max_steps "
+            f"({steps}){after}: flat_at_baseline can never fire, so a run at the random "
+            "guess ends ok and nothing flags it; set rules.flat_patience to about half of "
+            f"that, e.g. {max(1, room // 2)}")
 
 
 def off_space_note(sweep: Sweep) -> str | None:
@@ -1014,7 +1038,9 @@ def _missing_path_error(write_back: dict[str, str], base_config: dict[str, Any],
     return SpecError(key, f"'{path}' is not in {where}, so the trainer would never "
                      "see the sampled value",
                      f"{hint}rite the path your trainer reads, add the key to the base "
-                     "config, or set 'new_keys: true' in the sweep file to add it")
+                     "config, or set 'new_keys: true' in the sweep file to add it (for a "
+                     "script driven by argparse flags: add the option to its parser and "
+                     "write the defaults file again, or the flag is never read)")
 
 
 #: Other names the default space's knobs go by in users' configs.
@@ -1170,13 +1196,15 @@ def _check_compile(knob: _Knob, key: str) -> None:
                             f"use one of {', '.join(COMPILE_MODES)}")
 
 
-#: The values the default space's numeric knobs can take, as (low, high, low open,
-#: high open): an LR at or below 0 crashes the optimizer (``Invalid learning rate``), a
+#: The values the default space's numeric knobs (and the common ``momentum`` and
+#: ``label_smoothing``) can take, as (low, high, low open, high open): an LR at or below 0
+#: crashes the optimizer (``Invalid learning rate``), so does a negative momentum; a
 #: negative weight decay, clip or warmup is no setting, a dropout is a probability.
 KNOWN_RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "lr": (0.0, math.inf, True, True), "weight_decay": (0.0, math.inf, False, True),
     "grad_clip": (0.0, math.inf, False, True), "warmup": (0.0, math.inf, False, True),
-    "dropout": (0.0, 1.0, False, False)}
+    "dropout": (0.0, 1.0, False, False), "momentum": (0.0, 1.0, False, False),
+    "label_smoothing": (0.0, 1.0, False, False)}
 
 
 def _check_known_range(name: str, knob: _Knob, key: str) -> None:

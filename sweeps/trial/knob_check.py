@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sweeps.protocol import CRASH, SEARCH
 from sweeps.record import objectives
@@ -283,13 +284,48 @@ def baseline_off(records: Iterable[TrialRecord], settings: RuleSettings) -> Iner
                      where="rules.baseline_loss")
 
 
+def objective_baseline_off(records: Iterable[TrialRecord], objectives: Sequence[Any],
+                           factor: float | None) -> InertKnob | None:
+    """A ``min`` objective whose declared ``baseline`` is ``factor`` (``explosion_factor``)
+    times below the first value :data:`BASELINE_TRIALS` finished search trials reported of
+    it, every one: not its random guess (0.1 declared for a cross-entropy that starts at
+    ln 10 = 2.3), so every gap measured against it (tolerance, poor, the floor below which
+    a config learnt nothing) is off, and a config was handed over on it."""
+    if factor is None:
+        return None
+    records = [r for r in records if r.role == SEARCH and r.finished and r.status != CRASH]
+    for index, obj in enumerate(objectives):
+        baseline = getattr(obj, "baseline", None)
+        if obj.mode != "min" or not isinstance(baseline, (int, float)) or baseline <= 0:
+            continue
+        firsts = [v for r in records for v in [next(
+            (h[obj.metric] for h in r.history if isinstance(h.get(obj.metric), (int, float))),
+            None)] if v is not None and math.isfinite(v)]
+        if len(firsts) < BASELINE_TRIALS or min(firsts) < factor * baseline:
+            continue
+        return InertKnob("", f"{len(firsts)} search trials first reported {obj.metric} at "
+                         f"{min(firsts):.3g} to {max(firsts):.3g}, {factor:g}x its baseline "
+                         f"{baseline:g} or more: that is not what a random guess scores, and "
+                         "every gap measured against it is off",
+                         f"set objectives.{index}.baseline to what predicting at random "
+                         "scores on it (ln of the class count for a cross-entropy, the target "
+                         "variance for MSE), or leave it out (a loss takes "
+                         "rules.baseline_loss); if it is that, the model starts far off it "
+                         "(unnormalised inputs or targets)", where=f"objectives.{index}.baseline")
+    return None
+
+
 def sweep_problem(records: Iterable[TrialRecord], metrics: Sequence[str],
-                  settings: RuleSettings | None = None) -> InertKnob | None:
+                  settings: RuleSettings | None = None,
+                  objectives: Sequence[Any] = ()) -> InertKnob | None:
     """What the finished search trials show makes the sweep pointless, if anything: a
     knob the trainer ignores, an objective metric (of ``metrics``) it never reports, a
-    gradient it never measures, or a ``baseline_loss`` (of ``settings``) far below every
+    gradient it never measures, a trainer deaf to its seed, or a ``baseline_loss`` (of
+    ``settings``) or an objective's ``baseline`` (of ``objectives``) far below every
     trial's start. The search starts no more trials, and the run exits 2."""
     records = list(records)
+    factor = settings.explosion_factor if settings is not None else None
     return inert_knob(records) or unreported_objective(records, metrics) or \
         unmeasured_gradients(records) or seed_ignored(records) or \
-        (baseline_off(records, settings) if settings is not None else None)
+        (baseline_off(records, settings) if settings is not None else None) or \
+        objective_baseline_off(records, objectives, factor)

@@ -286,7 +286,7 @@ class StabilityAwareSearch(OptunaSearch):
         if not getattr(self, "inert", None):
             self.inert = sweep_problem(self.book.trials.values(),
                                        trainer_metrics(self.book.sweep),
-                                       self.book.sweep.spec.rules)
+                                       self.book.sweep.spec.rules, self.book.sweep.objectives)
         if rec.status == OK and self.race.wants(rec):
             self._deferred.add(trial_id)
             return

@@ -220,3 +220,50 @@ def test_best_prints_the_hand_over_as_flags_for_an_argparse_script(tmp_path: Pat
     parser = argparse.ArgumentParser()  # the user's own script's parser
     parser.add_argument("--train.lr", type=float, default=0.1)
     assert vars(parser.parse_args(out))["train.lr"] == 0.0271
+
+
+def test_flags_are_spelt_as_the_scripts_parser_spells_its_options(tmp_path: Path,
+                                                                  capsys) -> None:
+    """``--batch-size`` in the parser, ``batch_size`` its dest and write-back key:
+    ``--flags`` wrote ``--batch_size=64``, which argparse refused (unrecognized
+    arguments); it now reads the option strings of the parser the trainer module holds."""
+    from dataclasses import replace
+
+    from sweeps.spec.loader import load_sweep
+    from sweeps.state import saved_sweep
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "flagtrain.py").write_text(
+        "import argparse\n"
+        "parser = argparse.ArgumentParser()\n"
+        "parser.add_argument('--lr', type=float, default=0.1)\n"
+        "parser.add_argument('--batch-size', type=int, default=32)\n"
+        "parser.add_argument('--steps', type=int, default=100)\n"
+        "print('imported')  # a print on import stays out of $(...)\n"
+        "def run(args, report=None):\n"
+        "    pass\n")
+    (project / "flagsweep.py").write_text(
+        "from flagtrain import parser, run\n"
+        "def train(config, report):\n"
+        "    run(parser.parse_args([]), report)\n")
+    (project / "defaults.yaml").write_text("lr: 0.1\nbatch_size: 32\nsteps: 100\n")
+    (project / "sweep.yaml").write_text(
+        "name: flags\ntrainer: flagsweep:train\nbase_config: defaults.yaml\n"
+        "search_space:\n  lr: {type: loguniform, low: 1.0e-4, high: 1.0}\n"
+        "  batch_size: {type: categorical, choices: [32, 64]}\n"
+        "write_back: {lr: lr, batch_size: batch_size, max_steps: steps}\n"
+        "budget: {trials: 4, max_steps: 50}\n")
+    folder = tmp_path / "results"
+    folder.mkdir()
+    sweep = replace(load_sweep(project / "sweep.yaml", workdir=project, import_trainer=False),
+                    output_dir=folder)
+    saved_sweep.save(sweep)
+    write_config(folder / "stable" / "rank-01-t.yaml", sweep,
+                 {"lr": 0.0271, "batch_size": 64}, {"rank": "1"})
+    assert main(["best", str(folder), "--flags"]) == 0
+    out, err = capsys.readouterr()
+    assert out.split() == ["--lr=0.0271", "--batch-size=64", "--steps=50"]
+    assert "imported" in err
+    assert main(["best", str(folder), "--flags", "keys"]) == 0
+    assert "--batch_size=64" in capsys.readouterr().out.split()

@@ -99,6 +99,8 @@ def test_contains(entry: dict, inside: list, outside: list) -> None:
      "search_space.weight_decay.low", ">= 0"),
     ("dropout", {"type": "uniform", "low": 0.0, "high": 1.5}, "search_space.dropout.high",
      "in [0, 1]"),
+    ("momentum", {"type": "uniform", "low": -0.5, "high": 0.99},
+     "search_space.momentum.low", "in [0, 1]"),
 ])
 def test_a_default_knob_outside_its_values_is_refused(tmp_path: Path, knob: str, entry: object,
                                                       key: str, bound: str) -> None:
@@ -138,3 +140,20 @@ def test_a_missing_write_back_path_is_not_offered_another_knobs_value(tmp_path: 
                                                         "high": 0.3}},
                     write_back={"dropout": "train.dropout"})
     assert info.value.key == "write_back.dropout" and "did you mean" not in str(info.value)
+
+
+def test_a_flat_window_no_trial_can_fill_is_noted(tmp_path: Path) -> None:
+    """flat_patience 100 after a warmup of 5 in 100-step trials: a run at the random guess
+    ended ok and nothing flagged it (a config at val_mse 1.01 against a guess of 1)."""
+    sweep = load_linreg(tmp_path / "short", rules={"flat_patience": 100},
+                        budget={"trials": 4, "max_steps": 100})
+    note = next(n for n in sweep.notes if n.startswith("rules.flat_patience"))
+    assert "(100) is not below budget.max_steps (100): flat_at_baseline can never fire" in note
+    assert "e.g. 50" in note
+    roomy = load_linreg(tmp_path / "roomy", rules={"flat_patience": 100},
+                        budget={"trials": 4, "max_steps": 300})
+    assert not any(n.startswith("rules.flat_patience") for n in roomy.notes)
+    off = load_linreg(tmp_path / "off", rules={"flat_patience": 100,
+                                               "disabled": ["flat_at_baseline"]},
+                      budget={"trials": 4, "max_steps": 100})
+    assert not any(n.startswith("rules.flat_patience") for n in off.notes)
