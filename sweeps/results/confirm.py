@@ -542,13 +542,20 @@ def probe_loss(member: TrialRecord, probe: TrialRecord, metric: str, mode: str,
     without one, :func:`~sweeps.record.objectives.quality_gap`) its held LR probe gave
     up, both at the probe's last step; negative when the probe did better, None when
     either reported no quality there."""
-    upto = probe.last_step
-    own = objectives.metric_value([h for h in member.history if h.get("step", 0) <= upto],
-                                  metric)
-    new = objectives.metric_value(probe.history, metric)
+    own, new = at_probe_end(member, probe, metric)
     if own is None or new is None or not (math.isfinite(own) and math.isfinite(new)):
         return None
     return objectives.quality_gap(new, own, mode, baseline)
+
+
+def at_probe_end(member: TrialRecord, probe: TrialRecord,
+                 metric: str) -> tuple[float | None, float | None]:
+    """``metric`` of ``member`` and of its LR probe, both at the probe's last step (a probe
+    holds once the rules could tell, :mod:`sweeps.trial.horizon`, often before the end)."""
+    upto = probe.last_step
+    own = objectives.metric_value([h for h in member.history if h.get("step", 0) <= upto],
+                                  metric)
+    return own, objectives.metric_value(probe.history, metric)
 
 
 def ladder(sweep: Sweep, book: TrialBook, rec: TrialRecord) -> list[dict[str, Any]]:
@@ -1058,10 +1065,7 @@ def _sensitivity(member: TrialRecord, probe: TrialRecord, metric: str,
     the end); infinite when the probe went unstable."""
     if probe.status != OK:
         return math.inf
-    upto = probe.last_step
-    base = objectives.metric_value([h for h in member.history if h.get("step", 0) <= upto],
-                                   metric)
-    new = objectives.metric_value(probe.history, metric)
+    base, new = at_probe_end(member, probe, metric)
     if base is None or new is None or base == 0:
         return math.nan
     return (new - base) / abs(base) * (1.0 if mode == "min" else -1.0)

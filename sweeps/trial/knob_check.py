@@ -265,10 +265,7 @@ def baseline_off(records: Iterable[TrialRecord], settings: RuleSettings) -> Iner
     baseline, factor = settings.baseline_loss, settings.explosion_factor
     if baseline is None or baseline <= 0 or factor is None:
         return None
-    firsts = [v for r in records if r.role == SEARCH and r.finished and r.status != CRASH
-              for v in [next((h["loss"] for h in r.history
-                              if isinstance(h.get("loss"), (int, float))), None)]
-              if v is not None and math.isfinite(v)]
+    firsts = first_values(records, "loss")
     if len(firsts) < BASELINE_TRIALS or min(firsts) < factor * baseline:
         return None
     return InertKnob("", f"{len(firsts)} search trials started at a loss of "
@@ -284,6 +281,14 @@ def baseline_off(records: Iterable[TrialRecord], settings: RuleSettings) -> Iner
                      where="rules.baseline_loss")
 
 
+def first_values(records: Iterable[TrialRecord], key: str) -> list[float]:
+    """The first finite ``key`` each finished search trial that did not crash reported."""
+    return [v for r in records if r.role == SEARCH and r.finished and r.status != CRASH
+            for v in [next((h[key] for h in r.history
+                            if isinstance(h.get(key), (int, float))), None)]
+            if v is not None and math.isfinite(v)]
+
+
 def objective_baseline_off(records: Iterable[TrialRecord], objectives: Sequence[Any],
                            factor: float | None) -> InertKnob | None:
     """A ``min`` objective whose declared ``baseline`` is ``factor`` (``explosion_factor``)
@@ -293,14 +298,12 @@ def objective_baseline_off(records: Iterable[TrialRecord], objectives: Sequence[
     a config learnt nothing) is off, and a config was handed over on it."""
     if factor is None:
         return None
-    records = [r for r in records if r.role == SEARCH and r.finished and r.status != CRASH]
+    records = list(records)
     for index, obj in enumerate(objectives):
         baseline = getattr(obj, "baseline", None)
         if obj.mode != "min" or not isinstance(baseline, (int, float)) or baseline <= 0:
             continue
-        firsts = [v for r in records for v in [next(
-            (h[obj.metric] for h in r.history if isinstance(h.get(obj.metric), (int, float))),
-            None)] if v is not None and math.isfinite(v)]
+        firsts = first_values(records, obj.metric)
         if len(firsts) < BASELINE_TRIALS or min(firsts) < factor * baseline:
             continue
         return InertKnob("", f"{len(firsts)} search trials first reported {obj.metric} at "
