@@ -31,6 +31,7 @@ from sweeps.protocol import (
     BASE_NOT_COMPARED,
     CRASH,
     OK,
+    PRUNED,
     RAY_JOB_ENV,
     SEARCH,
     SLURM_DRIVER_ENV,
@@ -46,23 +47,37 @@ console = make_console()
 err_console = make_console(stderr=True)
 
 
-def _none_held(book: Any, chosen: Any) -> str:
+def _none_held(book: Any, chosen: Any, grace: int | None = None) -> str:
     """Why nothing was handed over: the candidates failed their fresh seeds, or no search
-    trial ended ok (and, when every one sat at the random guess, what to check)."""
+    trial ended ok (and, when most sat at the random guess, what to check: a slow start
+    ASHA cut at ``grace``, its first rung, or the labels)."""
     if chosen.candidates:
         return "no candidate held on every fresh seed"
     search = [r for r in book.trials.values() if r.role == SEARCH and r.finished]
     if any(r.status == OK for r in search):
         return "no search trial learnt enough to race on a fresh seed"
-    why = Counter(r.reason or (r.diagnosis or {}).get("reason") or r.status for r in search)
+    def why_of(r: Any) -> str:
+        return r.reason or (r.diagnosis or {}).get("reason") or r.status
+
+    why = Counter(why_of(r) for r in search)
     text = "no search trial ended ok (" + ", ".join(f"{n} {k}" for k, n in why.most_common()) + ")"
-    flat = why.get("flat_at_baseline", 0)
-    if search and 2 * flat >= len(search):  # the rest cut or stopped before they could show
-        every = "every one" if flat == len(search) else f"{flat} of {len(search)}"
-        text += (f"; {every} sat at the random guess, so nothing was learnt at any setting: "
-                 "check that the labels reach the loss and belong to their inputs, and that "
-                 "rules.baseline_loss is the random guess of your data")
-    return text
+    flat = [r for r in search if why_of(r) == "flat_at_baseline"]
+    if not search or 2 * len(flat) < len(search):  # the rest cut or stopped before they showed
+        return text
+    every = "every one" if len(flat) == len(search) else f"{len(flat)} of {len(search)}"
+    cut = [r for r in flat if r.status == PRUNED]
+    if grace is not None and 2 * len(cut) > len(flat):
+        last = max(r.last_step for r in cut)
+        return text + (f"; {every} sat at the random guess, {len(cut)} of them cut by ASHA "
+                       f"by step {last} (budget.grace_steps {grace} after each trial's "
+                       "warmup): a model that "
+                       "leaves the random guess later than that was never given the steps to "
+                       f"show it. Raise budget.grace_steps past where `sweeps try FILE` shows "
+                       "your loss leaving the random guess (or budget.scheduler: none); if it "
+                       "never leaves it, check that the labels reach the loss")
+    return text + (f"; {every} sat at the random guess, so nothing was learnt at any setting: "
+                   "check that the labels reach the loss and belong to their inputs, and that "
+                   "rules.baseline_loss is the random guess of your data")
 
 
 def _fmt(v: Any) -> str:
@@ -492,7 +507,9 @@ def print_selection(outcome) -> None:
                if conf.trial_id == chosen.base_id else "")
         console.print(f"  {path}  ({metric} mean {mean}, worst seed {worst}{own})")
     if not outcome.stable_paths:
-        console.print(f"No stable config written: {_none_held(outcome.book, chosen)}")
+        budget = outcome.sweep.spec.budget
+        grace = budget.asha_grace if budget.scheduler == "asha" else None
+        console.print(f"No stable config written: {_none_held(outcome.book, chosen, grace)}")
     if chosen.base is not None and chosen.base.mean is not None:
         console.print(f"base config: {chosen.base.summary()}")
     unjudged_base = chosen.base.not_compared() if chosen.base is not None else None

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from sweeps.protocol import BASE_NOT_COMPARED, WORSE_THAN_BASE
+from sweeps.spec.argparse_options import flag_text
 from sweeps.spec.config_paths import with_values
 from sweeps.spec.hydra_config import overrides
 from sweeps.spec.loader import Sweep, unmapped_step_count
@@ -147,7 +148,7 @@ def flag_lines(sweep: Sweep, config: Any, dashes: bool = False,
             skipped.append(path)
             continue
         flag = (options or {}).get(path) or "--" + (path.replace("_", "-") if dashes else path)
-        lines.append(f"{flag}={value!r}" if isinstance(value, float) else f"{flag}={value}")
+        lines.append(f"{flag}={flag_text(value)}")
     return lines, skipped
 
 
@@ -156,10 +157,10 @@ def parser_options(sweep: Sweep) -> dict[str, str]:
     (``from train import parser`` in the trainer of docs/trainers.md): ``batch_size`` ->
     ``--batch-size``, as the script spells it; empty when the module cannot be imported
     or holds no parser. What the module prints on import goes to stderr."""
-    import argparse
     import contextlib
     import sys
 
+    from sweeps.spec.argparse_options import option_strings, parser_of
     from sweeps.spec.trainer_loader import load_trainer
 
     try:
@@ -167,13 +168,8 @@ def parser_options(sweep: Sweep) -> dict[str, str]:
             fn = load_trainer(sweep.spec.trainer, sweep.trainer_paths)
     except Exception:  # noqa: BLE001 - no parser to read: the write-back keys are the flags
         return {}
-    module = sys.modules.get(getattr(fn, "__module__", ""), None)
-    for value in vars(module).values() if module is not None else []:
-        if isinstance(value, argparse.ArgumentParser):
-            return {a.dest: next((o for o in a.option_strings if o.startswith("--")),
-                                 a.option_strings[0])
-                    for a in value._actions if a.option_strings}
-    return {}
+    parser = parser_of(fn)
+    return option_strings(parser) if parser is not None else {}
 
 
 def write_config(path: Path, sweep: Sweep, values: dict[str, Any],

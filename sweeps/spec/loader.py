@@ -32,6 +32,7 @@ from sweeps.errors import SpecError, a_type
 from sweeps.protocol import RAY_JOB_ENV, SUBMITTED_FROM_ENV
 from sweeps.rules.settings import RuleSettings
 from sweeps.spec import hydra_config, probed, strict_yaml
+from sweeps.spec.argparse_options import check_values, parser_of
 from sweeps.spec.config_paths import collision, get_path, leaf_paths, split_path, with_values
 from sweeps.spec.hydra_groups import (
     GroupKnobs,
@@ -648,7 +649,9 @@ def load_sweep_dict(data: Any, *, base_dir: Path, workdir: Path,
     if off:
         notes.append(off)
     if import_trainer:
-        load_trainer(spec.trainer, paths)
+        parser = parser_of(load_trainer(spec.trainer, paths))
+        if parser is not None:
+            check_values(parser, space, write_back)
     return sweep
 
 

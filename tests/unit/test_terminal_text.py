@@ -137,7 +137,8 @@ def test_the_summary_names_front_members_the_race_did_not_judge(capsys):
                 handed_over=[], base_id=None, base=None, base_line=lambda: None,
                 base_tie=lambda: None, budget_ended=False)
     outcome = NS(selection=chosen, front=[NS(trial_id=t) for t in ("a1", "b2", "c3", "d4")],
-                 sweep=NS(objectives=[NS(metric="val_loss")], fixed_changes={}),
+                 sweep=NS(objectives=[NS(metric="val_loss")], fixed_changes={},
+                          spec=NS(budget=NS(scheduler="asha", asha_grace=50))),
                  stable_paths=[], warnings=[], book=NS(trials={}))
     print_selection(outcome)
     out = " ".join(capsys.readouterr().out.split())
@@ -163,3 +164,31 @@ def test_the_summary_names_front_members_the_race_did_not_judge(capsys):
     assert "note: your base config went unstable (seed 0: flat_at_baseline @ 121) and ran " \
            "on no fresh seed, so what the sweep hands over is not compared with your base " \
            "config on fresh seeds" in out and "(trial e5, the search's first" in out
+
+
+def test_a_slow_start_asha_cut_at_the_guess_is_told_to_raise_the_grace(tmp_path) -> None:
+    """A slow learner: ASHA cut 11 of 12 search trials at its first rung while their loss
+    still sat at the random guess. "Check that the labels reach the loss" sent the user
+    after a data bug; what they needed was a longer budget.grace_steps."""
+    from types import SimpleNamespace as NS
+
+    from sweeps.commands.cli import _none_held
+    from tests.unit.conftest import book_of, load_linreg, rec
+
+    sweep = load_linreg(tmp_path)
+    flat = {"reason": "flat_at_baseline", "step": 50, "evidence": {}}
+    cut = [rec(f"s{i}", status="pruned", val_loss=2.3) for i in range(11)]
+    for r in cut:
+        r.diagnosis = flat
+    stopped = rec("s11", status="unstable", val_loss=2.3)
+    stopped.reason = "flat_at_baseline"
+    chosen = NS(candidates=[])
+    text = " ".join(_none_held(book_of(sweep, *cut, stopped), chosen, 50).split())
+    assert "every one sat at the random guess, 11 of them cut by ASHA by step 10 " \
+           "(budget.grace_steps 50 after each trial's warmup)" in text
+    assert "Raise budget.grace_steps" in text
+    # the rule itself stopped them, ASHA cut none: the labels are the suspect
+    for r in cut:
+        r.status, r.reason, r.diagnosis = "unstable", "flat_at_baseline", None
+    text = " ".join(_none_held(book_of(sweep, *cut, stopped), chosen, 50).split())
+    assert "grace_steps" not in text and "check that the labels reach the loss" in text
