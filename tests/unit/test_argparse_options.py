@@ -23,15 +23,15 @@ SCRIPT = (
 
 
 def _project(tmp_path: Path, knobs: str) -> Path:
-    (tmp_path / "flagtrain.py").write_text(SCRIPT)
-    (tmp_path / "flagsweep.py").write_text(
-        "from flagtrain import parser, run\n"
+    (tmp_path / "choicetrain.py").write_text(SCRIPT)
+    (tmp_path / "choicesweep.py").write_text(
+        "from choicetrain import parser, run\n"
         "def train(config, report):\n"
         "    run(parser.parse_args([]), report)\n")
     (tmp_path / "defaults.yaml").write_text(
         "lr: 0.1\noptimizer: adamw\nbatch_size: 32\namp: false\nsteps: 100\n")
     (tmp_path / "sweep.yaml").write_text(
-        "name: flags\ntrainer: flagsweep:train\nbase_config: defaults.yaml\n"
+        "name: flags\ntrainer: choicesweep:train\nbase_config: defaults.yaml\n"
         f"search_space:\n  lr: {{type: loguniform, low: 1.0e-4, high: 1.0}}\n{knobs}"
         "write_back: {lr: lr, max_steps: steps, "
         + ", ".join(f"{k}: {k}" for k in ("optimizer", "batch_size", "amp")
