@@ -108,6 +108,20 @@ def test_driver_killed_mid_sweep_resumes_without_losing_trials(linreg_dir, monke
         assert row["status"] == outcome["status"]
         # not re-run: its journal gained nothing after the kill
         assert (out / "trials" / f"{trial_id}.jsonl").read_text() == histories_before[trial_id]
+    # the Optuna study holds every search trial of trials.csv as told, none failed as
+    # interrupted (one that finished after Ray Tune's last save was lost to the sampler)
+    import optuna
+
+    from sweeps.state.layout import STUDY_FILE
+
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(out / STUDY_FILE)))
+    told = {t.user_attrs.get("ray_trial_id"): t for t in
+            optuna.load_study(study_name="resumable", storage=storage).get_trials()
+            if "race_of" not in t.user_attrs}
+    for trial_id in search["trial_id"]:
+        assert told[trial_id].state.is_finished(), trial_id
+        assert told[trial_id].user_attrs.get("status") != "interrupted", trial_id
     assert list((out / "stable").glob("rank-01-*.yaml"))
     assert main(["best", str(out)]) == 0
     # resumed once more, finished: nothing runs again, and MLflow holds the sweep once

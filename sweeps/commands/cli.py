@@ -47,7 +47,7 @@ console = make_console()
 err_console = make_console(stderr=True)
 
 
-def _none_held(book: Any, chosen: Any, grace: int | None = None) -> str:
+def none_held(book: Any, chosen: Any, grace: int | None = None) -> str:
     """Why nothing was handed over: the candidates failed their fresh seeds, or no search
     trial ended ok (and, when most sat at the random guess, what to check: a slow start
     ASHA cut at ``grace``, its first rung, or the labels)."""
@@ -509,7 +509,7 @@ def print_selection(outcome) -> None:
     if not outcome.stable_paths:
         budget = outcome.sweep.spec.budget
         grace = budget.asha_grace if budget.scheduler == "asha" else None
-        console.print(f"No stable config written: {_none_held(outcome.book, chosen, grace)}")
+        console.print(f"No stable config written: {none_held(outcome.book, chosen, grace)}")
     if chosen.base is not None and chosen.base.mean is not None:
         console.print(f"base config: {chosen.base.summary()}")
     unjudged_base = chosen.base.not_compared() if chosen.base is not None else None

@@ -260,17 +260,34 @@ def with_total_steps(sweep: Sweep, total: int) -> Sweep:
     return replace(sweep, spec=sweep.spec.model_copy(update={"budget": raised}))
 
 
+def rerun_again(book: TrialBook, set_aside: list[str],
+                was: dict[str, tuple[str, int]]) -> list[str]:
+    """Each re-run of the race (a fresh seed, a probe, the base config's) set aside as
+    running when the driver died that did not come back under its own id, and what became
+    of it: ``6dbc5048 (confirm:5b51c77c, seed 1) ran again from step 1 as 332b5e5f``."""
+    lines = []
+    for old in set_aside:
+        role, seed = was[old]
+        if role == SEARCH or old in book.trials:
+            continue
+        new = [t for t, rec in book.trials.items()
+               if t not in was and rec.role == role and rec.seed == seed]
+        lines.append(f"{old} ({role}, seed {seed}) "
+                     + (f"ran again from step 1 as {new[0]}" if new else "did not run again"))
+    return lines
+
+
 def _execute(sweep: Sweep, *, address: str | None, progress: bool, tracking_uri: str | None,
              resume: bool) -> SweepOutcome:
     # Ray Tune's restored state binds to this folder, wherever it was; a folder deleted or
     # moved meanwhile stops the run (FolderGone)
     with books_of(sweep), watching(sweep.output_dir) as watch:
         book = open_book(sweep)
-        roles = {t: rec.role for t, rec in book.trials.items()}
+        roles = {t: (rec.role, rec.seed) for t, rec in book.trials.items()}
         set_aside = book.set_aside_unfinished() if resume else []
         with ray_running(address):
             run_search(sweep, book, progress=progress, resume=resume)
-            replaced = [t for t in set_aside if t not in book.trials and roles[t] == SEARCH]
+            replaced = [t for t in set_aside if t not in book.trials and roles[t][0] == SEARCH]
             if replaced:
                 echo_stderr(
                     f"note: {len(replaced)} trial(s) running when the sweep stopped had "
@@ -293,6 +310,12 @@ def _execute(sweep: Sweep, *, address: str | None, progress: bool, tracking_uri:
                             resume=resume and (sweep.output_dir / name).exists())
 
             chosen = confirmation.select(sweep, book, ordered, front, rerun)
+            again = rerun_again(book, set_aside, roles)
+            if again:
+                echo_stderr(f"note: {len(again)} re-run(s) of the race running when the sweep "
+                            f"stopped did not come back with Ray Tune's saved state: "
+                            f"{'; '.join(again)} (what they had run: "
+                            "trials/<id>.jsonl.interrupted)")
         watch.check()
         outcome = write_outputs(sweep, book, front, chosen, tracking_uri=tracking_uri)
     restored = saved_sweep.overwritten(sweep.output_dir)

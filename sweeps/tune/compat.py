@@ -238,3 +238,13 @@ def reopen_optuna_search(searcher: Any, storage: Any) -> None:
     searcher._ot_study = study
     searcher._ot_trials = {tid: optuna.Trial(study, t._trial_id)
                            for tid, t in searcher._ot_trials.items()}
+
+
+def adopt_optuna_trial(searcher: Any, trial_id: str, frozen: Any) -> None:
+    """Have an ``OptunaSearch`` hold the study's running trial ``frozen`` for Tune trial
+    ``trial_id`` (asked before a driver died, after Ray Tune last saved the searcher), so
+    it can be told. ``optuna.Trial`` is rebuilt from the private storage id
+    ``FrozenTrial._trial_id``. Checked with ray 2.60.0 and optuna 5.0.0."""
+    import optuna
+
+    searcher._ot_trials[trial_id] = optuna.Trial(searcher._ot_study, frozen._trial_id)

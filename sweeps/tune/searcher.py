@@ -156,6 +156,29 @@ class StabilityAwareSearch(OptunaSearch):
         super().restore(checkpoint_path)
         compat.reopen_optuna_search(self, study_storage(self.book.sweep))
         self._listen()
+        self.catch_up()
+
+    def catch_up(self) -> None:
+        """Tell the study the search trials that finished after Ray Tune last saved this
+        searcher (a driver killed then): the book has their outcome, the saved state does
+        not, and a trial left running in the study is failed as interrupted at the end
+        (:func:`fail_interrupted`), so the sampler lost them, the best one included. A
+        trial asked after the save is found by the ``ray_trial_id`` set when it was asked."""
+        ot_trials = compat.optuna_search_trials(self)
+        completed = compat.optuna_search_completed(self)
+        running = self.study.get_trials(deepcopy=False,
+                                        states=(optuna.trial.TrialState.RUNNING,))
+        for frozen in running:
+            trial_id = frozen.user_attrs.get("ray_trial_id")
+            rec = self.book.trials.get(trial_id) if isinstance(trial_id, str) else None
+            if rec is None or rec.role != SEARCH or not rec.finished or \
+                    trial_id in completed or trial_id in self._deferred:
+                continue
+            if trial_id not in ot_trials:
+                compat.adopt_optuna_trial(self, trial_id, frozen)
+            self._tell_outcome(rec)
+            if trial_id in self._deferred:  # its race may have run before the driver died
+                self._tell_raced(trial_id)
 
     # ---- what runs next: a re-run of the race, a new search trial, or nothing
     def _finished(self, trial_id: str) -> bool:
@@ -242,6 +265,8 @@ class StabilityAwareSearch(OptunaSearch):
         lets it run its full length."""
         config = super().suggest(trial_id)
         ot_trial = compat.optuna_search_trials(self).get(trial_id)
+        if isinstance(config, dict) and ot_trial is not None:  # found again after a restart
+            ot_trial.set_user_attr("ray_trial_id", trial_id)
         if isinstance(config, dict) and ot_trial is not None and \
                 BEST_ATTR in ot_trial.user_attrs:
             config[WARM_BEST_KEY] = ot_trial.user_attrs[BEST_ATTR]

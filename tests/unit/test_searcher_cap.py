@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import optuna
+import pytest
 from ray.tune.search import Searcher
 
 from sweeps.record.book import TrialBook
@@ -80,3 +81,54 @@ def test_runs_in_flight_count_against_the_step_budget(tmp_path: Path) -> None:
     book.record("r", {"step": 1, "loss": 0.5, "config": screen})  # it started
     assert RUN_KEY not in searcher.suggest("b"), "a search trial: 10 + 10 + 10 <= 30"
     assert searcher.suggest("c") is None, "10 run and 20 in flight: the budget is spent"
+
+
+@pytest.mark.parametrize("asked_after_save", [False, True])
+def test_a_search_trial_that_finished_unheard_is_told_after_a_restart(
+        tmp_path: Path, asked_after_save: bool) -> None:
+    """A driver killed after a search trial finished (in the book) and before Ray Tune saved
+    the searcher again: the restored searcher had not told the study, and the resume
+    failed the study's trial as interrupted, so the sampler lost what was the run's best
+    search trial. ``catch_up`` tells it, found by the ``ray_trial_id`` set when it was
+    asked even when the saved searcher never held it."""
+    from sweeps.protocol import FINAL_KEY, OK, STATUS_KEY
+    from sweeps.tune import compat
+    from sweeps.tune.searcher import fail_interrupted
+
+    sweep = load_linreg(tmp_path, budget={"trials": 4, "max_steps": 10, "concurrent": 1,
+                                          "scheduler": "none"},
+                        confirm={"seeds": 0, "lr_probe": 0, "base": False})
+    sweep.output_dir.mkdir(parents=True)
+    from sweeps.tune.searcher import study_storage
+
+    book = TrialBook(sweep)
+    searcher = StabilityAwareSearch(sweep, book, storage=study_storage(sweep))
+    config = searcher.suggest("a")
+    book._listeners.clear()  # the driver dies: the searcher never hears of the finish
+    for step in range(1, 11):
+        book.record("a", {"step": step, "loss": 0.5, "val_loss": 0.25, "config": config})
+    book.finish("a", {FINAL_KEY: True, STATUS_KEY: OK, "config": config}, error=False)
+    if asked_after_save:
+        compat.optuna_search_trials(searcher).pop("a")
+    state = optuna.trial.TrialState
+    assert [t.state for t in searcher.study.get_trials()] == [state.RUNNING]
+    searcher.catch_up()
+    assert fail_interrupted(sweep) == 0
+    [trial] = searcher.study.get_trials()
+    assert trial.state == state.COMPLETE and trial.values[0] == 0.25
+    assert trial.user_attrs["ray_trial_id"] == "a"
+
+
+def test_a_race_rerun_that_did_not_come_back_is_named_after_a_resume(tmp_path: Path) -> None:
+    """The resume's note named the search trials that did not come back, not the race's
+    fresh-seed run that ran again from step 1 under a new id."""
+    from sweeps.commands.run import rerun_again
+    from tests.unit.conftest import book_of, rec
+
+    sweep = load_linreg(tmp_path)
+    was = {"s1": ("search", 0), "c1": ("confirm:s1", 1), "p1": ("probe:s1", 0)}
+    again = rec("c2", role="confirm:s1", seed=1, val_loss=0.3)
+    book = book_of(sweep, rec("s1", val_loss=0.3), again)
+    assert rerun_again(book, ["c1", "p1"], was) == [
+        "c1 (confirm:s1, seed 1) ran again from step 1 as c2",
+        "p1 (probe:s1, seed 0) did not run again"]

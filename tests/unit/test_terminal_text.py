@@ -172,7 +172,7 @@ def test_a_slow_start_asha_cut_at_the_guess_is_told_to_raise_the_grace(tmp_path)
     after a data bug; what they needed was a longer budget.grace_steps."""
     from types import SimpleNamespace as NS
 
-    from sweeps.commands.cli import _none_held
+    from sweeps.commands.cli import none_held
     from tests.unit.conftest import book_of, load_linreg, rec
 
     sweep = load_linreg(tmp_path)
@@ -183,12 +183,12 @@ def test_a_slow_start_asha_cut_at_the_guess_is_told_to_raise_the_grace(tmp_path)
     stopped = rec("s11", status="unstable", val_loss=2.3)
     stopped.reason = "flat_at_baseline"
     chosen = NS(candidates=[])
-    text = " ".join(_none_held(book_of(sweep, *cut, stopped), chosen, 50).split())
+    text = " ".join(none_held(book_of(sweep, *cut, stopped), chosen, 50).split())
     assert "every one sat at the random guess, 11 of them cut by ASHA by step 10 " \
            "(budget.grace_steps 50 after each trial's warmup)" in text
     assert "Raise budget.grace_steps" in text
     # the rule itself stopped them, ASHA cut none: the labels are the suspect
     for r in cut:
         r.status, r.reason, r.diagnosis = "unstable", "flat_at_baseline", None
-    text = " ".join(_none_held(book_of(sweep, *cut, stopped), chosen, 50).split())
+    text = " ".join(none_held(book_of(sweep, *cut, stopped), chosen, 50).split())
     assert "grace_steps" not in text and "check that the labels reach the loss" in text
