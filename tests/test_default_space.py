@@ -43,3 +43,9 @@ def test_a_space_file_of_your_own_wins_and_an_unknown_name_is_an_error(tmp_path)
     with pytest.raises(SpecError, match="search_space.extends"):
         load_sweep(_write(tmp_path, search_space={"extends": "sweeps:nope"}),
                    workdir=tmp_path, import_trainer=False)
+    # a misspelt shipped name is no relative path to check: the name it meant is offered
+    with pytest.raises(SpecError) as caught:
+        load_sweep(_write(tmp_path, search_space={"extends": "sweeps:defualt"}),
+                   workdir=tmp_path, import_trainer=False)
+    assert "names no space shipped with sweeps (sweeps:default)" in caught.value.problem
+    assert caught.value.fix.startswith("did you mean 'sweeps:default'?")

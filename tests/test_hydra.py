@@ -178,3 +178,29 @@ def test_a_knob_written_inside_a_group_with_its_options_gets_a_note(tmp_path: Pa
     assert sweep.groups is None
     assert any("a key inside the config group 'train'" in n and "write_back: {schedule: "
                "train}" in n for n in sweep.notes)
+
+
+def test_a_group_knob_written_to_a_misspelt_group_is_pointed_at_the_group(
+        tmp_path: Path) -> None:
+    """``write_back: {schedule: trian}`` for choices [sgd, slow], the options of group
+    ``train``: the fix offered the closest key by spelling, a float of another section."""
+    folder = _with_group_knob(_hydra_linreg(tmp_path))
+    edit_linreg(folder, write_back={"lr": "train.lr", "schedule": "schedule"})
+    with pytest.raises(SpecError) as caught:
+        load_sweep(folder / "linreg.yaml", workdir=folder, import_trainer=False)
+    assert caught.value.key == "write_back.schedule"
+    assert "options of the Hydra config group 'train'" in caught.value.problem
+    assert caught.value.fix.startswith("write 'schedule: train'")
+
+
+def test_try_with_a_group_option_set_takes_that_options_values(tmp_path: Path) -> None:
+    """``sweeps try --set optim=sgd`` ran SGD with AdamW's lr and weight decay from the
+    primary config; ``python app.py optim=sgd`` takes sgd.yaml's."""
+    from sweeps.trial.tryout import try_values
+
+    folder = _with_group_knob(_hydra_linreg(tmp_path))
+    sweep = load_sweep(folder / "linreg.yaml", workdir=folder, import_trainer=False)
+    assert try_values(sweep, {})["lr"] == 0.1, "the primary config's option, sgd"
+    assert try_values(sweep, {"schedule": "slow"}) == {"lr": 0.01, "schedule": "slow"}
+    assert try_values(sweep, {"schedule": "slow", "lr": 0.2})["lr"] == 0.2, "what is set wins"
+    assert try_values(sweep, {"schedule": "slow", "train.lr": 0.2})["lr"] == 0.2

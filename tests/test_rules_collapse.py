@@ -135,6 +135,17 @@ def test_a_flat_collapse_with_a_live_gradient_is_a_plateau_given_five_times_the_
     assert verdict.evidence["reports"] == 100
 
 
+def test_one_output_for_every_input_is_no_plateau_whatever_the_gradient():
+    """A Hydra-configured MLP (AdamW, lr 1.66) gave a spread of exactly 0 from step 43 to
+    150, its grad norm alive (the output's bias still learning), and ended at the random
+    guess: as a plateau it was never judged before ASHA cut it, with no diagnosis."""
+    history = _plateau(70, stretch_norm=0.3)
+    for report in history[10:]:
+        report["pred_std"] = 0.0
+    verdict = check(history, RuleSettings(collapse_min_step=50))
+    assert verdict.step == 69 and verdict.evidence["plateau"] is False
+
+
 def test_a_collapse_whose_gradient_died_fires_at_the_patience():
     verdict = check(_plateau(70, stretch_norm=0.01), RuleSettings(collapse_min_step=50))
     assert verdict.step == 69 and verdict.evidence["plateau"] is False

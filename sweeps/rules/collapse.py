@@ -42,6 +42,12 @@ LIVE_GRADIENT = 0.15
 #: this share of its mean is still shrinking: something drives it to a constant (weight
 #: decay on the regression trainer: 36-99 %; escaped plateaus drifted 4-12 %).
 SHRINKING = 0.25
+#: A collapsed stretch whose every ratio is below this gives one output for every input
+#: (the units before the output layer dead, the gradient left moving the output's bias
+#: alone): no plateau, since nothing that varies with the input is left to leave it by. A
+#: Hydra-configured MLP (AdamW, lr 1.66) sat at a spread of exactly 0 from step 43 to 150 with its
+#: grad norm alive, and ended at the random guess.
+ONE_OUTPUT = 1e-6
 #: Reports that set the run's starting grad-norm level.
 FIRST_REPORTS = 5
 
@@ -171,7 +177,7 @@ class _Stretch:
         drop, noise = trend(ratios)
         gradient = _gradient_level(history, since, n)
         plateau = drop - noise <= SHRINKING * mean and gradient is not None and \
-            gradient >= LIVE_GRADIENT
+            gradient >= LIVE_GRADIENT and max(ratios) >= ONE_OUTPUT
         return cls(since, ratios, -drop / mean if mean else 0.0, -drop - noise > GROWTH * mean,
                    plateau, plateau and len(ratios) < plateau_patience(settings), gradient)
 

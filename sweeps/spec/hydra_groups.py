@@ -55,6 +55,16 @@ def group_options(conf_dir: Path, group: str) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
 
 
+def group_of_choices(knob: Any, groups: Mapping[str, str | None],
+                     conf_dir: Path) -> str | None:
+    """The config group whose options hold every choice of a categorical ``knob`` of text
+    values (``[adamw, sgd]`` -> ``optim``: ``conf/optim/adamw.yaml`` …), else None."""
+    values = knob.choices if isinstance(knob, Categorical) else None
+    if not values or not all(isinstance(v, str) for v in values):
+        return None
+    return next((g for g in groups if set(values) <= set(group_options(conf_dir, g))), None)
+
+
 def inner_name_notes(write_back: Mapping[str, str], knobs: Mapping[str, Any],
                      groups: Mapping[str, str | None], conf_dir: Path) -> list[str]:
     """A note per categorical knob written to a key inside a config group whose choices

@@ -38,6 +38,7 @@ from sweeps.spec.hydra_groups import (
     GroupKnobs,
     compose_variants,
     group_knobs,
+    group_of_choices,
     inner_name_notes,
     primary_groups,
 )
@@ -603,7 +604,7 @@ def load_sweep_dict(data: Any, *, base_dir: Path, workdir: Path,
     for variant, config in (groups.configs.items() if groups else [("", base_config)]):
         found = new_path_notes(write_back, config)
         if found and not spec.new_keys:
-            raise _missing_path_error(write_back, config, variant)
+            raise _missing_path_error(write_back, config, variant, space, primary)
         found += _value_kind_notes(write_back, space, config, variant)
         notes += [n for n in found if n not in notes]
     compile_knob = space.get("compile")
@@ -759,7 +760,16 @@ def _space_file(rel: str, dirs: Dirs) -> Path:
 
     shipped = Path(str(files("sweeps") / "search_spaces"))
     if rel.startswith(PACKAGED_PREFIX):
-        return shipped / f"{rel[len(PACKAGED_PREFIX):]}.yaml"
+        name = rel[len(PACKAGED_PREFIX):]
+        names = sorted(p.stem for p in shipped.glob("*.yaml"))
+        if name not in names:
+            near = difflib.get_close_matches(name, names, n=1)
+            raise SpecError("search_space.extends", f"{rel!r} names no space shipped with "
+                            f"sweeps ({', '.join(PACKAGED_PREFIX + n for n in names)})",
+                            (f"did you mean '{PACKAGED_PREFIX}{near[0]}'?" if near else
+                             f"write one of them, e.g. '{PACKAGED_PREFIX}{names[0]}'")
+                            + ", or a path to a space file of your own")
+        return shipped / f"{name}.yaml"
     path = _resolve(rel, dirs)
     parts = Path(rel).parts
     if not path.exists() and len(parts) >= 2 and parts[-2] == "search_spaces" and \
@@ -1019,14 +1029,24 @@ def new_path_notes(write_back: dict[str, str], base_config: dict[str, Any]) -> l
 
 
 def _missing_path_error(write_back: dict[str, str], base_config: dict[str, Any],
-                        variant: str = "") -> SpecError:
+                        variant: str = "", space: Mapping[str, Any] | None = None,
+                        primary: tuple[Path, dict[str, Any]] | None = None) -> SpecError:
     """The first write-back path the base config lacks as a value, as one clear error: a
-    section is named as such, a typo gets the closest path; ``variant``: the group options
-    the config was composed with."""
+    section is named as such, a knob whose choices are a Hydra config group's options is
+    pointed at the group (``primary``: the Hydra primary config), a typo gets the closest
+    path; ``variant``: the group options the config was composed with."""
     leaves = leaf_paths(base_config)
     knob, path = next((k, p) for k, p in write_back.items() if p not in leaves)
     key = f"write_back.{knob}"
     where = f"the base config composed with {variant}" if variant else "the base config"
+    group = group_of_choices((space or {}).get(knob), primary_groups(primary[1]),
+                             primary[0].parent) if primary else None
+    if group is not None and path != group:
+        return SpecError(key, f"'{path}' is not in {where}, and the knob's choices are the "
+                         f"options of the Hydra config group '{group}'",
+                         f"write '{knob}: {group}' to search the group's option (each "
+                         "composed with its own file, as `python app.py "
+                         f"{group}=…` does)")
     section = get_path(base_config, path, None)
     if isinstance(section, Mapping):
         inner = [leaf for leaf in leaves if leaf.startswith(path + ".")]

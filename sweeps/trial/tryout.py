@@ -22,7 +22,7 @@ from sweeps.protocol import (
 )
 from sweeps.rules.ended_ok import warnings_of
 from sweeps.spec.config_paths import get_path, leaf_paths
-from sweeps.spec.loader import RESERVED_KEY, Sweep
+from sweeps.spec.loader import HYDRA_MISSING, RESERVED_KEY, Sweep
 from sweeps.spec.space import Categorical, Fixed, IntRange, LogUniform, Uniform, central_value
 from sweeps.terminal import console as make_console
 from sweeps.terminal import flagged
@@ -55,7 +55,26 @@ def parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def try_values(sweep: Sweep, sets: dict[str, Any]) -> dict[str, Any]:
-    """Knob values for a try: ``--set`` ones, else the base config's, else the range middle."""
+    """Knob values for a try: ``--set`` ones, else the base config's, else the range middle.
+    A Hydra config group's option set (``optim=sgd``) brings its own file's values for the
+    knobs not set, as ``python app.py optim=sgd`` would."""
+    values = _try_values(sweep, sets)
+    if not sweep.groups or not any(values[k] != sweep.base_value(k) for k in sweep.grouped):
+        return values
+    composed = sweep.base_for(values)
+    given = {k for k in sets if k in sweep.space} | \
+        {k for k, p in sweep.spec.write_back.items() if p in sets}
+    for name, knob in sweep.space.items():
+        if name in given or name in sweep.grouped or isinstance(knob, Fixed) or \
+                name not in sweep.spec.write_back:
+            continue
+        own = get_path(composed, sweep.spec.write_back[name], None)
+        if own is not None and own != HYDRA_MISSING:
+            values[name] = own
+    return values
+
+
+def _try_values(sweep: Sweep, sets: dict[str, Any]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for name, knob in sweep.space.items():
         current = sweep.base_value(name)
