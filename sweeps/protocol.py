@@ -158,6 +158,9 @@ WORSE_THAN_BASE: Final = "WORSE than your base config"
 #: it ran (its search trial was stopped), so it has no fresh-seed mean to compare with
 #: (``sweeps best`` repeats the line on stderr).
 BASE_NOT_COMPARED: Final = "not compared with your base config"
+#: In a handed-over config's header when it leads the base config by less than their fresh
+#: seeds vary (``sweeps best`` repeats the line on stderr: the change may buy nothing).
+NOT_TOLD_APART: Final = "not told apart"
 
 #: Set on a Ray job by ``sweeps submit``: the sweep file as the user submitted it (the job
 #: loads a temporary copy of it, which is not where the user finds it).

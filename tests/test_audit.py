@@ -393,3 +393,10 @@ def test_a_run_at_its_labels_own_guess_failed_with_no_baseline_declared(linreg_d
     run = judge(_run(no_labels), "val_loss", "min", best=0.176, baseline=None,
                 tolerance=0.05, margin=0.1, guesses=random_guesses(sweep, no_labels))
     assert run.outcome == "failed" and "val_acc 0.3647" in run.why, run.why
+    # a macro-F1 is no accuracy: the majority class's share is not its random guess (a
+    # Hugging Face user's declared 0.143 was read as 0.397, and a run at 0.35 that was
+    # learning would have been called failed)
+    edit_linreg(linreg_dir, objectives=[{"metric": "eval_macro_f1", "mode": "max",
+                                         "baseline": 0.143}])
+    sweep = load_sweep(linreg_dir / "linreg.yaml", workdir=linreg_dir)
+    assert random_guesses(sweep, dead)[0] == ("eval_macro_f1", "max", 0.143)

@@ -30,6 +30,7 @@ from sweeps.errors import (
 from sweeps.protocol import (
     BASE_NOT_COMPARED,
     CRASH,
+    NOT_TOLD_APART,
     OK,
     PRUNED,
     RAY_JOB_ENV,
@@ -293,8 +294,9 @@ def cmd_best(args: argparse.Namespace) -> int:
     for line in header_lines(files[0]):  # the header says if it is unconfirmed or worse
         if "UNCONFIRMED" in line or line.startswith("WARNING"):
             echo(f"warning: {line}", file=sys.stderr)
-        elif line.startswith("your base config:") or BASE_NOT_COMPARED in line:
-            echo(f"note: {line}", file=sys.stderr)  # it is what you have, or it failed
+        elif line.startswith("your base config:") or BASE_NOT_COMPARED in line or \
+                NOT_TOLD_APART in line:  # it is what you have, it failed, or it is as good
+            echo(f"note: {line}", file=sys.stderr)
     if worse_than_base(files[0]) and not args.allow_worse:
         echo(f"not printing {files[0]}: the sweep measured it worse than your base config "
              "on the same fresh seeds; keep your base config, or pass --allow-worse to get "

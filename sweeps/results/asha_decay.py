@@ -55,7 +55,9 @@ def cut_before_decay(book: TrialBook) -> str | None:
     if not lrs or not lrs[-1][1] <= DECAYED * max(v for _, v in lrs):
         return None
     baseline = sweep.quality_baseline
+    kinds = _text_knobs(sweep.space, best)
     cut = [r for r in search if r.status == PRUNED and not r.flagged and
+           all(r.values.get(k) == v for k, v in kinds.items()) and
            _number(r.values.get("lr")) > _number(best.values.get("lr")) and
            (own := _lrs(r)) and own[-1][1] >= UNDECAYED * max(v for _, v in own) and
            _close(r, best, first.metric, first.mode, baseline)]
@@ -75,6 +77,17 @@ def cut_before_decay(book: TrialBook) -> str | None:
             "better: `budget.scheduler: none` (or a `budget.grace_steps` past most of the "
             "decay) lets such trials finish; `sweeps try FILE --set lr=...` runs one to "
             "its end")
+
+
+def _text_knobs(space: dict[str, Any], best: TrialRecord) -> dict[str, Any]:
+    """The best trial's values of the knobs that pick a kind of run by name (an optimizer,
+    a Hydra config group's option): an lr is compared only within one kind (SGD's 0.03 is
+    no higher LR than AdamW's 0.009)."""
+    from sweeps.spec.space import Categorical
+
+    return {k: best.values.get(k) for k, knob in space.items()
+            if isinstance(knob, Categorical) and len(knob.choices) > 1
+            and all(isinstance(c, str) for c in knob.choices)}
 
 
 def _close(cut: TrialRecord, best: TrialRecord, metric: str, mode: str,

@@ -250,8 +250,8 @@ def random_guesses(sweep: Sweep, history: Sequence[Mapping[str, Any]]
     (``rules.baseline_loss``). The guess the re-run's class labels show replaces a
     declared one where it is nearer the truth, as the rules take it
     (:func:`~sweeps.rules.flat_at_baseline.label_guess`): ``label_entropy`` for the loss
-    and a ``min`` objective with no ``baseline`` of its own, ``label_majority`` for a
-    ``max`` objective's baseline in [0, 1] below it."""
+    and a ``min`` objective with no ``baseline`` of its own, ``label_majority`` for an
+    accuracy's baseline in [0, 1] below it."""
     loss = label_guess(history, RuleSettings(baseline_loss=sweep.spec.rules.baseline_loss)
                        ).baseline_loss
     out: list[tuple[str, str, float]] = []
@@ -260,8 +260,9 @@ def random_guesses(sweep: Sweep, history: Sequence[Mapping[str, Any]]
         if guess is None and i == 0 and objective.mode == "min":
             guess = loss
         if guess is not None and objective.mode == "max":
-            guess = label_guess(history, RuleSettings(quality_mode="max",
-                                                      quality_baseline=guess)).quality_baseline
+            guess = label_guess(history, RuleSettings(
+                quality_metric=objective.metric, quality_mode="max",
+                quality_baseline=guess)).quality_baseline
         if guess is not None:
             out.append((objective.metric, objective.mode, guess))
     if loss is not None:

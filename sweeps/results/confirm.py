@@ -51,6 +51,7 @@ from sweeps.protocol import (
     FLAT_PATIENCE_KEY,
     LOSS_AT_GUESS,
     LR_SCALE_KEY,
+    NOT_TOLD_APART,
     OK,
     PRUNED,
     ROLE_KEY,
@@ -475,7 +476,7 @@ class Selection:
             return None
         return (f"the top config ({top.trial_id}) leads your base config by {lead:.3g} in mean "
                 f"{top.quality.metric} on fresh seeds, less than the seeds vary ({spread:.3g}): "
-                "on these seeds the two are not told apart; more seeds (confirm.seeds) or "
+                f"on these seeds the two are {NOT_TOLD_APART}; more seeds (confirm.seeds) or "
                 "a wider search would")
 
     def baseline_warning(self, baseline: float | None) -> str | None:

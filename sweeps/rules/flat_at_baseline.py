@@ -9,6 +9,7 @@ an angular loss flat at pi/2, an MSE flat at the target variance. Off unless
 from __future__ import annotations
 
 import math
+import re
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
@@ -31,14 +32,29 @@ from sweeps.rules.verdict import Verdict
 LABEL_LOOKBACK = 50
 
 
+def reads_as_accuracy(metric: str | None) -> bool:
+    """Whether a quality metric's name reads as an accuracy (``val_acc``, ``accuracy``,
+    ``top1``), whose random guess with unequal classes is the most frequent class's share;
+    a metric of no name is taken as one. A macro-F1 or an AUC has a guess of its own (the
+    majority guess's macro-F1 is far below its accuracy), so its declared ``baseline``
+    stands.
+
+    Example:
+        >>> [reads_as_accuracy(m) for m in ("val_acc", "eval_accuracy", "top1", "eval_macro_f1")]
+        [True, True, True, False]
+    """
+    return metric is None or re.search(r"acc|top_?1\b", metric.lower()) is not None
+
+
 def label_guess(history: Sequence[Mapping[str, Any]], settings: RuleSettings) -> RuleSettings:
     """``settings`` with the random guess the trainer's class labels show, where it is
     nearer the truth than the declared one: ``label_entropy`` (the cross-entropy of
     predicting the label frequencies, from ``Monitor.measure(target=labels)``) as
     ``baseline_loss`` when it is lower or none was declared, and ``label_majority``
     (the most frequent label's share) as a maximised quality's baseline in [0, 1] when it
-    is higher. With 5 classes at 40/25/15/12/8 %, a model that learnt only the
-    frequencies sits at a cross-entropy of 1.454 and an accuracy of 0.40, far from
+    is higher and the quality is an accuracy (:func:`reads_as_accuracy`). With 5 classes
+    at 40/25/15/12/8 %, a model that learnt only the frequencies sits at a cross-entropy
+    of 1.454 and an accuracy of 0.40, far from
     ln 5 = 1.609 and 1 / 5: by the declared values it had learnt, and labels shuffled
     apart from the inputs were handed over as confirmed.
 
@@ -58,7 +74,7 @@ def label_guess(history: Sequence[Mapping[str, Any]], settings: RuleSettings) ->
         update["baseline_loss"] = entropy[0]
     quality = settings.quality_baseline
     if majority and settings.quality_mode == "max" and quality is not None and \
-            0 <= quality < majority[0] <= 1:
+            reads_as_accuracy(settings.quality_metric) and 0 <= quality < majority[0] <= 1:
         update["quality_baseline"] = majority[0]
     return settings.model_copy(update=update) if update else settings
 

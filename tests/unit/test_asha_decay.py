@@ -43,3 +43,19 @@ def test_asha_cutting_higher_lrs_close_behind_under_a_decay_is_noted(tmp_path: P
     assert cut_before_decay(book_of(sweep, flat, close)) is None  # no decay: no bias
     fifo = load_linreg(tmp_path / "fifo", budget={"trials": 8, "scheduler": "none"})
     assert cut_before_decay(book_of(fifo, best, close)) is None
+
+
+def test_an_lr_is_compared_only_within_one_optimizer(tmp_path: Path) -> None:
+    """A Hydra user searched optim: [adamw, sgd]; the note called SGD trials at lr 0.03
+    "a higher lr" than the best AdamW trial's 0.009."""
+    sweep = load_linreg(tmp_path, budget={"trials": 8, "max_steps": 200, "scheduler": "asha"},
+                        search_space={"lr": {"type": "loguniform", "low": 1e-4, "high": 1.0},
+                                      "optim": {"type": "categorical",
+                                                "choices": ["adamw", "sgd"]}},
+                        write_back={"lr": "train.lr", "optim": "train.fail"})
+    best = _trial("best", 0.004, "ok", 200, 0.0135)
+    close = _trial("close", 0.03, "pruned", 100, 0.021)
+    best.values["optim"], close.values["optim"] = "adamw", "sgd"
+    assert cut_before_decay(book_of(sweep, best, close)) is None
+    close.values["optim"] = "adamw"
+    assert cut_before_decay(book_of(sweep, best, close)) is not None
