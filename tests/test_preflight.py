@@ -28,9 +28,11 @@ def test_restarting_schedule_is_flagged_before_any_trial(linreg_dir, capsys, mon
     assert main(["run", "hooked.yaml"]) == 3
     err = capsys.readouterr().err
     assert "warm_restart" in err and "--no-preflight" in err
+    assert "`sweeps preflight FILE` runs the checks alone" in err
     out = linreg_dir / "results" / "hooked"
-    assert not (out / "ray").exists() and not (out / "trials.csv").exists()
+    assert not out.exists(), "nothing ran: nothing is kept (no half-written results folder)"
     assert not ray.is_initialized()
+    assert main(["preflight", "hooked.yaml"]) == 3  # the checks alone keep what they found
     found = json.loads((out / "preflight.json").read_text())
     restart = [f for f in found if f["check"] == "schedule"]
     assert restart and restart[0]["level"] == "error"

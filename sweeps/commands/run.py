@@ -14,7 +14,7 @@ import pandas as pd
 
 from sweeps.commands.lr_range import probe_lr_high
 from sweeps.commands.preflight_step import preflight
-from sweeps.errors import SpecError
+from sweeps.errors import PreflightFailed, ProbeCrashed, SpecError
 from sweeps.protocol import SEARCH, probe_role
 from sweeps.record.book import TrialBook, TrialRecord, books_of, open_book
 from sweeps.results import confirm as confirmation
@@ -132,10 +132,21 @@ def run_sweep(sweep: Sweep, *, address: str | None = None, progress: bool = True
         if moved is not None:
             echo_stderr(f"note: the previous results of this sweep were moved to {moved}")
         state_check.refuse_symlinks(sweep.output_dir)
-        if check:
-            sweep = preflight(sweep)
-        if sweep.lr_high_to_probe:
-            sweep = probe_lr_high(sweep, quiet=not progress)
+        try:
+            if check:
+                sweep = preflight(sweep)
+            if sweep.lr_high_to_probe:
+                sweep = probe_lr_high(sweep, quiet=not progress)
+        except (PreflightFailed, ProbeCrashed) as exc:  # nothing ran: keep nothing
+            back = put_back(sweep.output_dir, moved)
+            if back:
+                echo_stderr(f"note: {back.removeprefix('; ')}")
+            if isinstance(exc, PreflightFailed):
+                raise PreflightFailed(f"{exc.args[0].split(' (see ')[0]} (printed above; "
+                                      "`sweeps preflight FILE` runs the checks alone and "
+                                      "keeps them in preflight.md); fix them or run with "
+                                      "--no-preflight") from None
+            raise
         sweep.output_dir.mkdir(parents=True, exist_ok=True)
         save_resolved(sweep)
         if warm is not None:  # read again: preflight may have dropped choices of a knob
@@ -155,16 +166,22 @@ def discard_run(out: Path, moved: Path | None) -> None:
     objective is found only once trials ran), and put back the earlier results it had
     moved aside (``moved``), so the folder is as it was before the command."""
     ran = len(list((out / "trials").glob("*.jsonl")))
-    shutil.rmtree(out, ignore_errors=True)
-    back = ""
-    if moved is not None and not out.exists():
-        try:
-            moved.rename(out)
-            back = f"; the earlier results are back in {out}"
-        except OSError:
-            back = f"; the earlier results stay in {moved}"
+    back = put_back(out, moved)
     echo_stderr(f"note: this run's results folder was removed ({ran} trial(s) had run; "
                 f"`sweeps try FILE` runs one and shows what it reports){back}")
+
+
+def put_back(out: Path, moved: Path | None) -> str:
+    """Remove ``out`` and move the earlier results ``moved`` aside back into it; what
+    became of them, as the end of a note ("" when there were none)."""
+    shutil.rmtree(out, ignore_errors=True)
+    if moved is None or out.exists():
+        return ""
+    try:
+        moved.rename(out)
+    except OSError:
+        return f"; the earlier results stay in {moved}"
+    return f"; the earlier results are back in {out}"
 
 
 def resume_sweep(folder: Path, *, address: str | None = None, progress: bool = True,

@@ -61,6 +61,14 @@ def _compile(sweep: Sweep, findings: list[Finding]) -> Sweep:
     return replace(sweep, space={**sweep.space, "compile": new})
 
 
+def _hook_failed(key: str, hook: str, exc: Exception) -> Finding:
+    """The error finding of a preflight hook that raised on the trial's config."""
+    return Finding("hooks", "error", f"{key}: {hook} raised {type(exc).__name__}: {exc}",
+                   f"make it run on the trial's config (a {hook} of your own in the trainer "
+                   f"module may call it with the arguments it needs, docs/preflight.md), or "
+                   f"remove {key} from the sweep file")
+
+
 def run_preflight(sweep: Sweep) -> tuple[Sweep, list[Finding]]:
     """All checks; returns the sweep to run (unusable compile modes dropped) and the findings.
     The trainer's folders are on ``sys.path`` while its hooks are imported and run (a hook
@@ -82,8 +90,7 @@ def _checks(sweep: Sweep) -> tuple[Sweep, list[Finding]]:
             try:
                 lrs = lr_curve(sched, config, float(values["lr"]), steps)
             except Exception as exc:  # noqa: BLE001 - the user's hook
-                findings.append(Finding("hooks", "error", f"{SCHEDULER_HOOK} raised "
-                                        f"{type(exc).__name__}: {exc}", "fix the hook"))
+                findings.append(_hook_failed("preflight.scheduler", SCHEDULER_HOOK, exc))
             else:
                 if lrs is None:
                     findings.append(Finding(
@@ -108,8 +115,7 @@ def _checks(sweep: Sweep) -> tuple[Sweep, list[Finding]]:
         try:
             sample = batch(config)
         except Exception as exc:  # noqa: BLE001 - the user's hook
-            findings.append(Finding("hooks", "error", f"{BATCH_HOOK} raised "
-                                    f"{type(exc).__name__}: {exc}", "fix the hook"))
+            findings.append(_hook_failed("preflight.batch", BATCH_HOOK, exc))
         else:
             found = check_batch(sample, sweep.spec.preflight.input_limit)
             findings.extend(found or [Finding("inputs", "info", "every input feature is on a "

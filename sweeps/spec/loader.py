@@ -670,7 +670,26 @@ def _check_base_numbers(sweep: Sweep) -> None:
         raise SpecError(f"base_config.{path}", f"{value!r} is text, not a number, and "
                         f"search_space.{name} gives numbers: the base config's own run "
                         "would hand the trainer text",
-                        f"write it unquoted in the base config: {value.strip()}")
+                        "write it unquoted in the base config, with a dot and a signed "
+                        f"exponent if it has one (YAML reads 5e-4 as text): "
+                        f"{yaml_number(float(value))}")
+
+
+def yaml_number(value: float) -> str:
+    """``value`` spelt so that YAML 1.1 (PyYAML's ``safe_load``) reads it as a number: an
+    exponent needs a dot in the mantissa and a signed exponent.
+
+    Example:
+        >>> yaml_number(5e-4), yaml_number(1e-05), yaml_number(0.05), yaml_number(3e20)
+        ('0.0005', '1.0e-05', '0.05', '3.0e+20')
+    """
+    text = repr(float(value))
+    mantissa, e, exponent = text.partition("e")
+    if not e:
+        return text
+    if "." not in mantissa:
+        mantissa += ".0"
+    return f"{mantissa}e{exponent if exponent[0] in '+-' else '+' + exponent}"
 
 
 def flat_window_note(spec: SweepFile, space: dict[str, _Knob]) -> str | None:

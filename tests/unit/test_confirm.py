@@ -457,7 +457,11 @@ def test_a_base_config_off_the_range_starts_the_search_at_the_nearest_point(
         with pytest.raises(SpecError) as info:
             load_linreg(tmp_path / "quoted", search_space={"lr": entry}, train={"lr": "0.1"})
         assert info.value.key == "base_config.train.lr" and info.value.exit_code == 2
-        assert "write it unquoted in the base config: 0.1" in str(info.value)
+        assert str(info.value).endswith("(YAML reads 5e-4 as text): 0.1")
+    # 5e-4 unquoted is text to YAML 1.1: "write it unquoted" gave the same text back
+    with pytest.raises(SpecError) as info:
+        load_linreg(tmp_path / "bare", train={"lr": "5e-4"})
+    assert str(info.value).endswith(": 0.0005")
 
 
 def test_no_candidate_held_because_nothing_learnt_points_at_the_trainer(tmp_path: Path) -> None:
