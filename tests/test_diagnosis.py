@@ -101,3 +101,8 @@ def test_a_pruned_trial_carries_its_diagnosis_to_the_sampler_csv_and_report(linr
     assert info["diagnoses"] == {"flat_at_baseline": 1}
     assert "pruned · flat_at_baseline" in [t["reason"] for t in info["taxonomy"]]
     assert info["failures"] == {}
+    from sweeps.results.report import write_report
+
+    html = write_report(sweep.output_dir).read_text()
+    # the header said "failures by reason: none" above a taxonomy of a diagnosed cut
+    assert "cut by ASHA, with what the rules saw in them: " in html

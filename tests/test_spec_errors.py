@@ -92,6 +92,9 @@ CASES = {
         dropout={"type": "uniform", "low": 0.0, "high": 0.3}),
         d["write_back"].update(dropout="notes.tags")), "write_back.dropout",
         "is a list (['a', 'b'])"),
+    "a base value in a one-item list": (lambda d: d.update(base_config={
+        "train": {"lr": [0.1], "steps": 60}}), "base_config.train.lr",
+        "write the value itself, not in a list: train.lr: 0.1"),
     "numbers YAML read as text": (lambda d: d["search_space"].update(
         lr={"type": "categorical", "choices": ["1e-3", "1e-4"]}), "search_space.lr",
         "write the numbers with a dot"),

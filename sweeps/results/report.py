@@ -140,6 +140,9 @@ def _header(res: Results, info: dict[str, Any]) -> str:
             f"<p>confirmation re-runs: {_badges(info['rerun_counts'], plots.STATUS_COLOURS)}"
             f"</p>{_warm_html(info)}{_probe_html(info)}<p>failures by reason: "
             f"{_badges(info['failures'], plots.OUTCOME_COLOURS)}</p>"
+            + (f"<p>cut by ASHA, with what the rules saw in them: "
+               f"{_badges(info['diagnoses'], plots.OUTCOME_COLOURS)}</p>"
+               if info.get("diagnoses") else "") +
             f"<h3>Stable configs (best first)</h3>{stable_html}"
             + "".join(f"<p class=note>{e(n)}</p>" for n in res.notes) +
             f"{_warning_html(res)}{_compile_html(res)}"
@@ -237,7 +240,8 @@ def _importance_html(imp: dict[str, Any]) -> str:
             f": {target['stable']} stable, {target['unstable']} unstable"
             + (f" ({target['fragile']} of them fragile on a fresh seed, as the race judged "
                "them when it told the sampler)" if target.get("fragile") else "")
-            if key == "stability" else " finished ok")
+            if key == "stability" else " finished ok and held where raced (one found "
+            "fragile on a fresh seed is counted with the failures)")
         note = f" — {target['note']}" if target["note"] else ""
         lines.append(f"{e(heads[key])}: {e(counted)}{e(note)}")
     if lines:

@@ -1180,8 +1180,9 @@ def _value_kind_notes(write_back: dict[str, str], space: dict[str, _Knob],
         shown = ", ".join(repr(v) for v in values[:4]) + (", ..." if len(values) > 4 else "")
         kind = " and ".join(sorted("numbers" if k == "a number" else k for k in kinds))
         section = path.rsplit(".", 1)[0] + "." if "." in path else ""
-        near = [p for p in leaves if p != path and p.startswith(section) and
-                "." not in p[len(section):] and _kind(get_path(config, p, None)) in kinds]
+        taken = set(write_back.values())
+        near = [p for p in leaves if p != path and p not in taken and p.startswith(section)
+                and "." not in p[len(section):] and _kind(get_path(config, p, None)) in kinds]
         if kinds == {"text"} and all(_float_text(v) for v in values):
             raise SpecError(f"search_space.{knob}", f"its values are text ({shown}), not "
                             f"numbers like {path} in {where} ({base!r}): YAML reads a "
@@ -1189,6 +1190,11 @@ def _value_kind_notes(write_back: dict[str, str], space: dict[str, _Knob],
                             "write the numbers with a dot and a signed exponent (1.0e-3), "
                             "or as decimals (0.001)")
         hint = f" (e.g. {', '.join(near[:3])})" if near else ""
+        if base_kind == "a list" and len(base) == 1 and _kind(base[0]) in kinds:
+            raise SpecError(f"base_config.{path}", f"{path} in {where} is a list "
+                            f"{shown_base} where the knob '{knob}' gives one value "
+                            f"({shown})", f"write the value itself, not in a list: {path}: "
+                            f"{base[0]!r}")
         if base_kind in ("a section", "a list"):  # a scalar where the trainer reads many
             raise SpecError(f"write_back.{knob}", f"{path} in {where} is {base_kind} "
                             f"{shown_base}, but the knob's values are {kind} ({shown}): the "
