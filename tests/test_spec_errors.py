@@ -95,6 +95,9 @@ CASES = {
     "a base value in a one-item list": (lambda d: d.update(base_config={
         "train": {"lr": [0.1], "steps": 60}}), "base_config.train.lr",
         "write the value itself, not in a list: train.lr: 0.1"),
+    "the Hugging Face schedule hook without its section": (lambda d: d.update(
+        preflight={"scheduler": "sweeps.integrations.huggingface:lr_scheduler"}),
+        "preflight.scheduler", "section='training'"),
     "numbers YAML read as text": (lambda d: d["search_space"].update(
         lr={"type": "categorical", "choices": ["1e-3", "1e-4"]}), "search_space.lr",
         "write the numbers with a dot"),

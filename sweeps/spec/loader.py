@@ -646,6 +646,7 @@ def load_sweep_dict(data: Any, *, base_dir: Path, workdir: Path,
                      "there is no base config to run or compare with, and `sweeps try` takes "
                      "the middle of the range")
     _check_base_numbers(sweep)
+    _check_hf_scheduler_section(sweep)
     off = off_space_note(sweep)
     if off:
         notes.append(off)
@@ -654,6 +655,29 @@ def load_sweep_dict(data: Any, *, base_dir: Path, workdir: Path,
         if parser is not None:
             check_values(parser, space, write_back)
     return sweep
+
+
+#: The Hugging Face preflight hooks and the section of the base config each reads.
+HF_SCHEDULER_HOOK = "sweeps.integrations.huggingface:lr_scheduler"
+
+
+def _check_hf_scheduler_section(sweep: Sweep) -> None:
+    """A SpecError when ``preflight.scheduler`` is the Hugging Face hook and the base config
+    has no ``training_args`` section for it to read: it would fail the preflight, after
+    ``validate`` had said the file was valid."""
+    if sweep.spec.preflight.scheduler != HF_SCHEDULER_HOOK or \
+            isinstance(sweep.base_config.get("training_args"), Mapping):
+        return
+    sections = [k for k, v in sweep.base_config.items() if isinstance(v, Mapping)
+                and {"learning_rate", "max_steps", "lr_scheduler_type"} & set(v)]
+    name = sections[0] if sections else "training"
+    raise SpecError("preflight.scheduler", f"{HF_SCHEDULER_HOOK} reads the base config's "
+                    "'training_args' section, which it lacks", "point it at a hook of your "
+                    "trainer module that names your section: def lr_scheduler(config, "
+                    "optimizer): return hf_lr_scheduler(config, optimizer, section="
+                    f"{name!r}) (from sweeps.integrations.huggingface import lr_scheduler as "
+                    "hf_lr_scheduler), with preflight: {scheduler: <module>:lr_scheduler}; "
+                    "for one flat args file, sweeps.integrations.huggingface:lr_scheduler_flat")
 
 
 def _check_base_numbers(sweep: Sweep) -> None:
