@@ -49,3 +49,14 @@ def test_a_space_file_of_your_own_wins_and_an_unknown_name_is_an_error(tmp_path)
                    workdir=tmp_path, import_trainer=False)
     assert "names no space shipped with sweeps (sweeps:default)" in caught.value.problem
     assert caught.value.fix.startswith("did you mean 'sweeps:default'?")
+
+
+def test_compile_fixed_at_none_needs_no_write_back(tmp_path):
+    """A Hydra user extending the default space with ``compile: none`` and a trainer that
+    never compiles was refused for want of write_back.compile until writing null."""
+    path = _write(tmp_path, search_space={"extends": "sweeps:default", "compile": "none"})
+    data = yaml.safe_load(path.read_text())
+    data["write_back"].pop("compile", None)
+    path.write_text(yaml.safe_dump(data))
+    sweep = load_sweep(path, workdir=tmp_path, import_trainer=False)
+    assert "compile" not in sweep.space and sorted(sweep.space) == sorted(set(SIX) - {"compile"})

@@ -588,6 +588,10 @@ def load_sweep_dict(data: Any, *, base_dir: Path, workdir: Path,
     dirs = (base_dir, workdir)
     base_config = _base_config(spec.base_config, dirs)
     space, to_probe = _space(spec.search_space, dirs)
+    compile_knob = space.get("compile")
+    if isinstance(compile_knob, Fixed) and compile_knob.value in ("none", None, False) and \
+            "compile" not in flat_write_back(spec.write_back):
+        del space["compile"]  # fixed at no compiling, written nowhere: the trainer compiles nothing
     primary = _hydra_primary(spec, dirs)
     groups = _groups(spec, space, primary)
     grouped = groups.knobs if groups else {}
